@@ -1,0 +1,1 @@
+"""The engine: tasks, models, rollouts, the budget meter, the trainer, the CLI."""

@@ -1,0 +1,40 @@
+"""The ``creditbench`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_methods(args: argparse.Namespace) -> int:
+    from creditbench.methods.registry import list_methods
+
+    methods = list_methods()
+    width = max(len(name) for name in methods)
+    for name, cls in methods.items():
+        tag = " [reference: needs ground truth]" if cls.reference else ""
+        print(f"{name:<{width}}  {cls.summary}{tag}")
+        print(f"{'':<{width}}  paper: {cls.paper}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="creditbench",
+        description="Token-level credit assignment for RL with verifiable rewards: "
+        "reference methods, a budget-matched harness, a leaderboard.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("methods", help="list every registered method")
+    p.set_defaults(func=_cmd_methods)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

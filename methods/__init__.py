@@ -1,0 +1,1 @@
+"""Credit-assignment methods: one file per method, pure tensor math, torch only."""

@@ -75,6 +75,15 @@ class LossConfig:
         return ClipConfig(self.eps_low, self.eps_high, self.dual_clip)
 
 
+EXTRA_KEYS = {
+    "first_wrong_mask": "[B, T] 1 on the tokens of the first wrong step of the response",
+    "after_wrong_mask": "[B, T] 1 on the tokens after the first wrong step",
+    "wrong_step_mask": "[B, T] 1 on the tokens of every wrong step (also inside correct answers)",
+    "filler_mask": "[B, T] 1 on reward-irrelevant filler tokens",
+}
+"""Step ground truth the testbed attaches to every batch (``RolloutBatch.extras``)."""
+
+
 class Services(Protocol):
     """What the harness offers a method. Every pass it runs is charged to the budget meter.
 
@@ -101,6 +110,8 @@ class CreditMethod:
         group_local: advantages of a group depend on that group alone (False for methods
             that whiten over the whole batch, like REINFORCE++).
         reference: needs ground truth that real tasks do not have (oracle credit).
+        requires_extras: keys of ``RolloutBatch.extras`` the method reads; the harness
+            refuses a task that cannot supply them. Known keys: see :data:`EXTRA_KEYS`.
     """
 
     name: ClassVar[str] = ""
@@ -109,6 +120,7 @@ class CreditMethod:
     Config: ClassVar[type[LossConfig]] = LossConfig
     group_local: ClassVar[bool] = True
     reference: ClassVar[bool] = False
+    requires_extras: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
         self.config = config if config is not None else self.Config(**overrides)

@@ -10,7 +10,7 @@ names: it calls :meth:`CreditMethod.rollout`, :meth:`CreditMethod.advantages` an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -61,7 +61,7 @@ class LossConfig:
             ("eps_high", self.eps_high >= 0.0, "must be >= 0"),
             ("dual_clip", self.dual_clip is None or self.dual_clip > 1.0, "must be > 1 or null"),
             ("ratio_level", self.ratio_level in ("token", "sequence"), "must be token or sequence"),
-            ("aggregation", self.aggregation in AGG_MODES, f"must be one of {', '.join(AGG_MODES)}"),
+            ("aggregation", self.aggregation in AGG_MODES, f"must be one of {AGG_MODES}"),
             ("horizon", self.horizon >= 0.0, "must be >= 0"),
             ("kl_coef", self.kl_coef >= 0.0, "must be >= 0"),
             ("kl_kind", self.kl_kind in ("k1", "k2", "k3"), "must be k1, k2 or k3"),
@@ -150,8 +150,9 @@ class CreditMethod:
         if normalizers is None:
             normalizers = Normalizers.of(mask, cfg.horizon or None)
         elif cfg.horizon:
-            normalizers = Normalizers(normalizers.num_tokens, normalizers.num_sequences, cfg.horizon)
-        ratio = importance_ratio(logprobs, batch.old_logprobs, mask, cfg.ratio_level)  # type: ignore[arg-type]
+            normalizers = replace(normalizers, horizon=cfg.horizon)
+        level = cfg.ratio_level
+        ratio = importance_ratio(logprobs, batch.old_logprobs, mask, level)  # type: ignore[arg-type]
         if cfg.clip:
             per_token, clipped = clipped_surrogate(ratio, advantages, cfg.clip_config)
         else:

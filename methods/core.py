@@ -92,6 +92,95 @@ class RolloutBatch:
         return replace(self, **{f.name: take(getattr(self, f.name)) for f in fields(self)})
 
 
+def _pad_width(value: Tensor, width: int, fill: float | int, *, left: bool = False) -> Tensor:
+    """Pad dim 1 of ``value`` ``[B, W, ...]`` with ``fill`` up to ``width``."""
+    missing = width - value.shape[1]
+    if missing <= 0:
+        return value
+    pad = value.new_full((value.shape[0], missing, *value.shape[2:]), fill)
+    return torch.cat([pad, value] if left else [value, pad], dim=1)
+
+
+def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
+    """Stack several rollout batches into one (DAPO's refill of a filtered batch).
+
+    Prompts are left-padded and response tensors right-padded to the widest batch (ids and
+    masks with 0, ``step_ids`` with -1). The group ids of each batch after the first are
+    shifted past every id seen so far, so groups from different batches never merge. Extras
+    must carry the same keys in every batch; those of two or more dimensions are taken to be
+    response-aligned ``[B, T, ...]`` and right-padded with 0. ``truncated`` missing from some
+    batches reads as False there.
+    """
+    if not batches:
+        raise ValueError("concat_batches: needs at least one batch")
+    if len(batches) == 1:
+        return batches[0]
+    prompt_width = max(b.prompt_ids.shape[1] for b in batches)
+    width = max(b.response_ids.shape[1] for b in batches)
+
+    def stack(name: str, fill: float | int, left: bool = False) -> Tensor:
+        values = [getattr(b, name) for b in batches]
+        target = prompt_width if left else width
+        return torch.cat([_pad_width(v, target, fill, left=left) for v in values])
+
+    def stack_optional(name: str, fill: float | int) -> Tensor | None:
+        present = [getattr(b, name) is not None for b in batches]
+        if not any(present):
+            return None
+        if not all(present):
+            raise ValueError(f"concat_batches: {name} is set in some batches and not in others")
+        return stack(name, fill)
+
+    group_ids, next_free = [], 0
+    for index, b in enumerate(batches):
+        ids = b.group_ids
+        if index > 0 and ids.numel():
+            ids = ids - ids.min() + next_free
+        if ids.numel():
+            next_free = max(next_free, int(ids.max()) + 1)
+        group_ids.append(ids)
+
+    truncated = None
+    if any(b.truncated is not None for b in batches):
+        truncated = torch.cat(
+            [
+                b.truncated
+                if b.truncated is not None
+                else torch.zeros(b.size, dtype=torch.bool, device=b.rewards.device)
+                for b in batches
+            ]
+        )
+
+    extras = None
+    if any(b.extras for b in batches):
+        keys = set(batches[0].extras or {})
+        if any(set(b.extras or {}) != keys for b in batches):
+            raise ValueError("concat_batches: every batch must carry the same extras keys")
+        extras = {
+            key: torch.cat(
+                [
+                    _pad_width(v, width, 0) if v.dim() >= 2 else v
+                    for v in (b.extras[key] for b in batches)  # type: ignore[index]
+                ]
+            )
+            for key in sorted(keys)
+        }
+
+    return RolloutBatch(
+        prompt_ids=stack("prompt_ids", 0, left=True),
+        prompt_mask=stack("prompt_mask", 0, left=True),
+        response_ids=stack("response_ids", 0),
+        response_mask=stack("response_mask", 0),
+        group_ids=torch.cat(group_ids),
+        rewards=torch.cat([b.rewards for b in batches]),
+        old_logprobs=stack("old_logprobs", 0.0),
+        ref_logprobs=stack_optional("ref_logprobs", 0.0),
+        step_ids=stack_optional("step_ids", -1),
+        truncated=truncated,
+        extras=extras,
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Group statistics
 # --------------------------------------------------------------------------------------------
@@ -290,9 +379,7 @@ class ClipConfig:
     dual_clip: float | None = None
 
 
-def clipped_surrogate(
-    ratio: Tensor, advantages: Tensor, clip: ClipConfig
-) -> tuple[Tensor, Tensor]:
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, clip: ClipConfig) -> tuple[Tensor, Tensor]:
     """Per-token PPO-clip loss (to minimise) and the clipped indicator, both ``[B, T]``.
 
     ``L = max(-A * rho, -A * clip(rho, 1 - eps_low, 1 + eps_high))``, and with dual-clip
@@ -331,5 +418,6 @@ def kl_estimate(
         return 0.5 * log_ratio**2
     if kind == "k3":
         neg = (-log_ratio).clamp(-20.0, 20.0)
-        return (torch.exp(neg) - neg - 1.0).clamp(-10.0, 10.0)
+        # expm1: exp(x) - 1 - x in float32 rounds to small negatives for |x| < 1e-3.
+        return (torch.expm1(neg) - neg).clamp(-10.0, 10.0)
     raise ValueError(f"unknown KL estimator {kind!r}; known: k1, k2, k3")

@@ -1,0 +1,198 @@
+"""DAPO: Decoupled Clip and Dynamic sAmpling Policy Optimization.
+
+Paper: Yu et al., "DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
+arXiv 2503.14476 (2025), §3.
+
+Key equations (G responses o_1..o_G to a question q with answer a):
+
+    J(θ) = E[ 1/Σ_i|o_i| Σ_i Σ_t min( r_it Â_it, clip(r_it, 1-ε_low, 1+ε_high) Â_it ) ]
+    subject to  0 < |{o_i : is_equivalent(a, o_i)}| < G                 (dynamic sampling)
+
+    Â_it = (R_i - mean(R_1..R_G)) / std(R_1..R_G)
+
+and the soft overlong punishment added to the correctness reward (§3.4):
+
+    R_length(y) = 0                               if |y| <= L_max - L_cache
+                  ((L_max - L_cache) - |y|) / L_cache   if L_max - L_cache < |y| <= L_max
+                  -1                              if |y| > L_max
+
+Clip-higher (§3.1: ε_high > ε_low lets low-probability tokens grow), dynamic sampling
+(§3.2: all-right or all-wrong groups have zero advantage and are replaced), the token-level
+loss (§3.3: every token weighs the same whatever its response's length), overlong reward
+shaping (§3.4). No KL term.
+
+Defaults from the paper (§4.1): ε_low = 0.2, ε_high = 0.28, token-mean, no KL, L_max = 20480
+with L_cache = 4096, overlong shaping on. Overlong filtering (truncated responses masked out
+of the loss; an ablation in Table 1) is offered, off.
+
+Deviations:
+    - ``max_response_length`` = 0 takes L_max from the longest response of the batch (not
+      its padded width, so extra padding changes nothing). It varies from batch to batch and
+      gives the longest response the full -1 (and ties groups together through L_max): the
+      harness should set it to ``max_new_tokens``.
+      ``overlong_cache_length`` = 0 uses L_max / 5, the paper's ratio 4096 / 20480; L_cache
+      is capped at L_max.
+    - A truncated response (``batch.truncated``) counts as longer than L_max (penalty -1).
+    - Dynamic sampling keeps groups whose task rewards (before length shaping: the paper's
+      condition is on correctness) are not all equal, and ``advantages`` gives 0 to any other
+      group. The paper oversamples without bound; here at most ``max_sampling_rounds``
+      batches are drawn. If they run out, the step trains on the groups found, or, with
+      none, on the last batch, whose advantages are then all 0 (a no-op step). Groups beyond
+      one batch's worth are dropped.
+    - The paper's rewards are +1/-1; the task's rewards are used as they are (0/1 on the
+      testbed), so the length penalty weighs twice as much against correctness.
+    - std is unbiased plus 1e-6, and a group of one gets advantage 0, as in ``grpo``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from .base import CreditMethod, LossConfig, Services
+from .core import (
+    RolloutBatch,
+    broadcast_to_tokens,
+    concat_batches,
+    group_mean_std,
+    group_normalized_scores,
+)
+from .registry import register_method
+
+
+def overlong_penalty(lengths: Tensor, max_length: int, cache_length: int) -> Tensor:
+    """DAPO's soft overlong punishment R_length, ``[B]`` lengths to ``[B]`` penalties: 0 up to
+    ``max_length - cache_length`` tokens, falling linearly to -1 at ``max_length``, -1 beyond
+    (the clamp is the three-piece formula in one line)."""
+    if not 0 < cache_length <= max_length:
+        raise ValueError(f"cache_length: must be in (0, {max_length}] (got {cache_length})")
+    lengths = lengths if lengths.is_floating_point() else lengths.to(torch.get_default_dtype())
+    return ((max_length - cache_length - lengths) / cache_length).clamp(min=-1.0, max=0.0)
+
+
+def dynamic_sampling_keep(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """``[B]`` bool: True where the group's rewards are not all equal. A group of equal rewards
+    (a group of one too) has zero advantage, so no gradient; DAPO drops it. The spread is
+    computed in float64: equal rewards give exactly 0."""
+    _, std, _ = group_mean_std(rewards, group_ids, std_kind="population")
+    return std > 0
+
+
+def dapo_advantages(
+    rewards: Tensor,
+    response_mask: Tensor,
+    group_ids: Tensor,
+    lengths: Tensor,
+    *,
+    max_length: int,
+    cache_length: int,
+    overlong_shaping: bool = True,
+) -> Tensor:
+    """DAPO's advantage ``[B, T]``: ``(R_i - mean_g) / (std_g + 1e-6)`` on the tokens of
+    response i, with ``R_i = r_i + R_length(|y_i|)`` (``r_i`` alone without shaping).
+
+    ``rewards``, ``lengths`` (|y| in tokens) and ``group_ids`` are ``[B]``, ``response_mask``
+    ``[B, T]``; ``max_length`` is L_max and ``cache_length`` L_cache.
+    """
+    shaped = rewards
+    if overlong_shaping:
+        shaped = rewards + overlong_penalty(lengths, max_length, cache_length).to(rewards.dtype)
+    return broadcast_to_tokens(group_normalized_scores(shaped, group_ids), response_mask)
+
+
+@dataclass
+class DAPOConfig(LossConfig):
+    """DAPO hyper-parameters (loss fields inherited from :class:`LossConfig`).
+
+    Attributes:
+        overlong_shaping: add the soft overlong punishment to the reward.
+        max_response_length: L_max in tokens; 0 means the batch's longest response.
+        overlong_cache_length: L_cache in tokens; 0 means L_max / 5 (the paper's ratio).
+        overlong_filtering: mask truncated responses out of the loss.
+        dynamic_sampling: drop groups whose rewards are all equal and refill the batch.
+        max_sampling_rounds: the most batches drawn per step to refill it.
+    """
+
+    eps_high: float = 0.28
+    aggregation: str = "token-mean"
+    overlong_shaping: bool = True
+    max_response_length: int = 0
+    overlong_cache_length: int = 0
+    overlong_filtering: bool = False
+    dynamic_sampling: bool = True
+    max_sampling_rounds: int = 10
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        minimums = {"max_response_length": 0, "overlong_cache_length": 0, "max_sampling_rounds": 1}
+        for name, low in minimums.items():
+            if getattr(self, name) < low:
+                raise ValueError(f"{name}: must be >= {low} (got {getattr(self, name)!r})")
+        if self.max_response_length and self.overlong_cache_length > self.max_response_length:
+            raise ValueError(
+                f"overlong_cache_length: must be <= max_response_length "
+                f"({self.max_response_length}) (got {self.overlong_cache_length})"
+            )
+
+
+@register_method("dapo")
+class DAPO(CreditMethod):
+    summary = "clip-higher, token-mean loss, dynamic sampling and soft overlong punishment"
+    paper = "DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv 2503.14476)"
+    Config = DAPOConfig
+    config: DAPOConfig
+
+    def rollout(self, services: Services) -> RolloutBatch:
+        cfg = self.config
+        batch = services.sample_batch()
+        if not cfg.dynamic_sampling:
+            return self._filter_overlong(batch)
+        target = len(torch.unique(batch.group_ids))
+        kept: list[RolloutBatch] = []
+        for round_index in range(cfg.max_sampling_rounds):
+            if round_index > 0:
+                batch = services.sample_batch()
+            keep = dynamic_sampling_keep(batch.rewards, batch.group_ids)
+            if bool(keep.any()):
+                kept.append(batch.select(keep))
+            if sum(len(torch.unique(b.group_ids)) for b in kept) >= target:
+                break
+        if not kept:
+            return self._filter_overlong(batch)
+        merged = concat_batches(kept)
+        # concat_batches gives later rounds larger ids, so this keeps the earliest groups.
+        first = torch.unique(merged.group_ids)[:target]
+        return self._filter_overlong(merged.select(torch.isin(merged.group_ids, first)))
+
+    def advantages(self, batch, services=None):
+        cfg = self.config
+        lengths = batch.response_lengths
+        longest = int(lengths.max()) if lengths.numel() else 1
+        max_length = cfg.max_response_length or max(longest, 1)
+        # capped: with L_max taken from the batch, a fixed L_cache may exceed it
+        cache_length = min(cfg.overlong_cache_length or round(max_length / 5) or 1, max_length)
+        if batch.truncated is not None:
+            beyond = torch.full_like(lengths, max_length + 1)
+            lengths = torch.where(batch.truncated, beyond, lengths)
+        advantages = dapo_advantages(
+            batch.rewards,
+            self._filter_overlong(batch).response_mask,
+            batch.group_ids,
+            lengths,
+            max_length=max_length,
+            cache_length=cache_length,
+            overlong_shaping=cfg.overlong_shaping,
+        )
+        if cfg.dynamic_sampling:
+            keep = dynamic_sampling_keep(batch.rewards, batch.group_ids)
+            advantages = advantages * keep.unsqueeze(-1).to(advantages.dtype)
+        return advantages
+
+    def _filter_overlong(self, batch: RolloutBatch) -> RolloutBatch:
+        """With ``overlong_filtering``, zero the loss mask of truncated responses."""
+        if not self.config.overlong_filtering or batch.truncated is None:
+            return batch
+        keep = (~batch.truncated).unsqueeze(-1).to(batch.response_mask.dtype)
+        return replace(batch, response_mask=batch.response_mask * keep)

@@ -1,0 +1,329 @@
+"""Typed run configuration: dataclasses, loaded from YAML with ``a.b.c=value`` overrides.
+
+A run is described by one :class:`RunConfig`. :func:`load_config` reads a YAML file, applies
+command-line overrides, checks every key and type against the dataclass annotations, runs each
+section's range checks, and validates the method's hyper-parameters with the method's own
+``Config`` dataclass (:func:`build_method_config`). Every mistake raises :class:`ConfigError`
+with one message naming the dotted field (``rollout.group_size``) or the file and line.
+
+Example::
+
+    cfg = load_config("run.yaml", ["rollout.group_size=4", "method_options.eps_high=0.28"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .typed import ConfigError, from_dict, to_dict
+
+__all__ = [
+    "BudgetConfig",
+    "ConfigError",
+    "EvalConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "TrainConfig",
+    "apply_override",
+    "build_method_config",
+    "config_digest",
+    "from_dict",
+    "load_config",
+    "resolve_method_options",
+    "save_config",
+    "to_dict",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Sections. Each __post_init__ raises ValueError("field: rule (got value)"); from_dict prefixes
+# the section's dotted path, so the user reads "rollout.group_size: must be >= 1 (got 0)".
+
+
+def _check(checks: list[tuple[str, bool, str]], obj: object) -> None:
+    for name, ok, rule in checks:
+        if not ok:
+            raise ValueError(f"{name}: {rule} (got {getattr(obj, name)!r})")
+
+
+DTYPES = ("auto", "float32", "bfloat16")
+BACKENDS = ("hf", "vllm")
+BUDGET_UNITS = ("flops", "seconds", "tokens", "steps")
+_DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+_RUN_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]*")
+
+
+@dataclass
+class ModelConfig:
+    """The policy: a named preset of the embedded testbed, or a Hugging Face model directory."""
+
+    preset: str = "small"
+    path: str | None = None
+    gguf_file: str | None = None
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check(
+            [
+                ("preset", bool(self.preset), "must not be empty"),
+                ("dtype", self.dtype in DTYPES, f"must be one of {', '.join(DTYPES)}"),
+            ],
+            self,
+        )
+
+
+@dataclass
+class RolloutConfig:
+    """How each step samples: ``prompts_per_step`` prompts, ``group_size`` responses each."""
+
+    prompts_per_step: int = 16
+    group_size: int = 8
+    max_new_tokens: int = 96
+    temperature: float = 1.0
+    top_p: float = 1.0
+    backend: str = "hf"
+
+    def __post_init__(self) -> None:
+        _check(
+            [
+                ("prompts_per_step", self.prompts_per_step >= 1, "must be >= 1"),
+                ("group_size", self.group_size >= 1, "must be >= 1"),
+                ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
+                ("temperature", self.temperature > 0, "must be > 0"),
+                ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+                ("backend", self.backend in BACKENDS, f"must be one of {', '.join(BACKENDS)}"),
+            ],
+            self,
+        )
+
+
+@dataclass
+class TrainConfig:
+    """The optimiser and the PPO-style update (``micro_batch_size`` 0: the whole mini-batch)."""
+
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    ppo_epochs: int = 1
+    minibatches: int = 1
+    micro_batch_size: int = 0
+    reference_model: bool = False
+
+    def __post_init__(self) -> None:
+        _check(
+            [
+                ("lr", self.lr > 0, "must be > 0"),
+                ("weight_decay", self.weight_decay >= 0, "must be >= 0"),
+                ("adam_betas", all(0 <= b < 1 for b in self.adam_betas), "must be in [0, 1)"),
+                ("grad_clip", self.grad_clip >= 0, "must be >= 0 (0 turns clipping off)"),
+                ("ppo_epochs", self.ppo_epochs >= 1, "must be >= 1"),
+                ("minibatches", self.minibatches >= 1, "must be >= 1"),
+                ("micro_batch_size", self.micro_batch_size >= 0, "must be >= 0"),
+            ],
+            self,
+        )
+
+
+@dataclass
+class BudgetConfig:
+    """The compute budget and the budget fractions at which the policy is evaluated.
+
+    ``unit``: ``flops`` (see :mod:`creditbench.harness.budget`), ``seconds`` (wall clock),
+    ``tokens`` (generated tokens) or ``steps`` (optimizer steps). ``amount`` 0 means "not set
+    here": the suite or the task default sets it before the run starts.
+    """
+
+    unit: str = "flops"
+    amount: float = 0.0
+    eval_fractions: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+    def __post_init__(self) -> None:
+        fractions = self.eval_fractions
+        _check(
+            [
+                ("unit", self.unit in BUDGET_UNITS, f"must be one of {', '.join(BUDGET_UNITS)}"),
+                ("amount", self.amount >= 0, "must be >= 0 (0: set by the suite or default)"),
+                ("eval_fractions", len(fractions) > 0, "must not be empty"),
+                ("eval_fractions", all(0 <= f <= 1 for f in fractions), "must lie in [0, 1]"),
+                (
+                    "eval_fractions",
+                    all(a < b for a, b in zip(fractions[:-1], fractions[1:], strict=True)),
+                    "must be strictly increasing",
+                ),
+            ],
+            self,
+        )
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation on the eval split: greedy accuracy and mean accuracy over ``k_samples``."""
+
+    n_problems: int = 200
+    k_samples: int = 4
+    greedy: bool = True
+    temperature: float = 1.0
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        _check(
+            [
+                ("n_problems", self.n_problems >= 1, "must be >= 1"),
+                ("k_samples", self.k_samples >= 0, "must be >= 0 (0: no sampled accuracy)"),
+                ("temperature", self.temperature > 0, "must be > 0"),
+                ("batch_size", self.batch_size >= 1, "must be >= 1"),
+            ],
+            self,
+        )
+
+
+@dataclass
+class RunConfig:
+    """One run: one method, one task, one seed, one budget."""
+
+    method: str = "grpo"
+    method_options: dict[str, Any] = field(default_factory=dict)
+    task: str = "chain"
+    task_options: dict[str, Any] = field(default_factory=dict)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    bootstrap_options: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    device: str = "auto"
+    checkpoint_every: int = 10
+    output_dir: str = "runs"
+    run_name: str | None = None
+
+    def __post_init__(self) -> None:
+        name_ok = self.run_name is None or (
+            _RUN_NAME_PATTERN.fullmatch(self.run_name) is not None and self.run_name != ".."
+        )
+        _check(
+            [
+                ("method", bool(self.method), "must not be empty"),
+                ("task", bool(self.task), "must not be empty"),
+                ("seed", 0 <= self.seed < 2**32, "must be in [0, 2**32)"),
+                (
+                    "device",
+                    _DEVICE_PATTERN.fullmatch(self.device) is not None,
+                    "must be auto, cpu, cuda, cuda:N or mps",
+                ),
+                ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
+                ("output_dir", bool(self.output_dir), "must not be empty"),
+                ("run_name", name_ok, "must be letters, digits and ._+=- (no path separators)"),
+            ],
+            self,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Method hyper-parameters, digest, saving.
+
+
+def build_method_config(method_cls: Any, options: Mapping[str, Any] | None) -> Any:
+    """The method's ``Config`` built from ``options``, errors naming ``method_options.<key>``."""
+    return from_dict(method_cls.Config, dict(options or {}), "method_options")
+
+
+def config_digest(cfg: RunConfig) -> str:
+    """sha256 of the config's canonical JSON (sorted keys): equal configs, equal digests."""
+    canonical = json.dumps(to_dict(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    """Write ``cfg`` as YAML, atomically."""
+    from .rundir import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading: YAML file, then overrides, then validation and method resolution.
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config file ({err.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Apply ``a.b.c=value`` to nested ``data`` in place; the value is parsed as YAML."""
+    key, sep, raw = override.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise ConfigError(f"override {override!r}: expected the form key.path=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise ConfigError(f"override {override!r}: the value is not valid YAML") from None
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(f"override {override!r}: {where} is not a mapping")
+        node = child
+    node[parts[-1]] = value
+
+
+def resolve_method_options(cfg: RunConfig) -> RunConfig:
+    """Check ``cfg.method`` exists and fill ``method_options`` with every field of its Config."""
+    from creditbench.methods.registry import UnknownMethodError, get_method
+
+    try:
+        method_cls = get_method(cfg.method)
+    except UnknownMethodError as err:
+        from creditbench.methods.registry import list_methods
+
+        close = difflib.get_close_matches(cfg.method, list(list_methods()), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"method: {err}{hint}") from None
+    method_config = build_method_config(method_cls, cfg.method_options)
+    return dataclasses.replace(cfg, method_options=to_dict(method_config))
+
+
+def load_config(
+    path: str | Path | None, overrides: Sequence[str] = (), *, resolve: bool = True
+) -> RunConfig:
+    """Read a YAML config (or the defaults when ``path`` is None), apply overrides, validate.
+
+    With ``resolve`` (the default) the method name is checked against the registry and
+    ``method_options`` holds every hyper-parameter of the method, defaults included, so the
+    saved config describes the run completely.
+    """
+    data = _read_yaml(Path(path)) if path is not None else {}
+    for override in overrides:
+        apply_override(data, override)
+    cfg = from_dict(RunConfig, data)
+    return resolve_method_options(cfg) if resolve else cfg

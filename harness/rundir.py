@@ -1,0 +1,389 @@
+"""Run directories: everything a run writes, each write atomic.
+
+Layout of ``runs/<name>/``::
+
+    config.yaml            the resolved config (written once; a different config is refused)
+    environment.json       package versions, git commit, device
+    metrics.jsonl          one JSON record per line, each carrying an integer "step"
+    checkpoints/step-000120/
+        model.safetensors, config.json, tokenizer files   (save_pretrained)
+        optimizer.pt       torch.save of the optimizer state dict
+        trainer_state.json the trainer's JSON-safe state (step, budget meter, ...)
+        rng.pt             python, numpy, torch CPU and CUDA RNG states
+        COMPLETE           written last
+    summary.json           the last file a run writes: its presence means "finished"
+    tensorboard/           scalar events, when tensorboard is installed
+
+A crash at any moment leaves either the previous valid state or the new one: files are written
+to a temporary name, fsynced and renamed; a checkpoint is assembled in a hidden temporary folder
+and renamed into place once complete; metrics lines are appended with one ``write`` call, and a
+torn last line (a crash mid-write) is ignored when reading and dropped before the next append.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from .provenance import capture_environment, capture_rng_state, restore_rng_state
+from .typed import ConfigError
+
+__all__ = [
+    "MetricsLogger",
+    "RunDir",
+    "RunDirError",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "capture_environment",
+    "capture_rng_state",
+    "restore_rng_state",
+]
+
+
+class RunDirError(ConfigError):
+    """A run directory cannot be used as asked (another config, a corrupt file)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Atomic files
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+def _torch_save_synced(obj: Any, path: Path) -> None:
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# ---------------------------------------------------------------------------------------------
+# The run directory
+
+_CHECKPOINT_NAME = re.compile(r"step-(\d+)")
+COMPLETE_MARKER = "COMPLETE"
+
+
+def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += _differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key))
+        return out
+    return [] if old == new else [path or "<config>"]
+
+
+class RunDir:
+    """One run's directory. ``keep_checkpoints``: how many complete checkpoints are kept."""
+
+    def __init__(self, path: str | Path, keep_checkpoints: int = 2) -> None:
+        if keep_checkpoints < 1:
+            raise ValueError("keep_checkpoints must be >= 1")
+        self.path = Path(path)
+        self.keep_checkpoints = keep_checkpoints
+        self.config_path = self.path / "config.yaml"
+        self.environment_path = self.path / "environment.json"
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.summary_path = self.path / "summary.json"
+        self.checkpoints_path = self.path / "checkpoints"
+        self.tensorboard_path = self.path / "tensorboard"
+
+    # --- config and status -------------------------------------------------------------------
+
+    def create(self, config_dict: dict[str, Any], environment: dict[str, Any]) -> None:
+        """Write config.yaml and environment.json; an existing run must have the same config."""
+        normalized = json.loads(json.dumps(config_dict))
+        if self.config_path.exists():
+            differ = _differences(self.config(), normalized)
+            if differ:
+                raise RunDirError(
+                    f"{self.path}: holds a run with a different config "
+                    f"(differs in {', '.join(differ[:5])}); use another run name or resume it"
+                )
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.config_path, yaml.safe_dump(normalized, sort_keys=False))
+        if not self.environment_path.exists():
+            atomic_write_json(self.environment_path, environment)
+
+    def exists(self) -> bool:
+        return self.config_path.exists()
+
+    def config(self) -> dict[str, Any]:
+        try:
+            data = yaml.safe_load(self.config_path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as err:
+            raise RunDirError(f"{self.config_path}: cannot read the run config ({err})") from None
+        if not isinstance(data, dict):
+            raise RunDirError(f"{self.config_path}: the run config is not a mapping")
+        return data
+
+    def environment(self) -> dict[str, Any]:
+        return json.loads(self.environment_path.read_text(encoding="utf-8"))
+
+    def is_finished(self) -> bool:
+        return self.read_summary() is not None
+
+    def read_summary(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.summary_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        """The last thing a run writes."""
+        atomic_write_json(self.summary_path, summary)
+
+    # --- metrics -----------------------------------------------------------------------------
+
+    def _drop_torn_tail(self) -> None:
+        """Cut a last line left without its newline by a crash mid-append."""
+        try:
+            with open(self.metrics_path, "rb+") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size == 0:
+                    return
+                f.seek(size - 1)
+                if f.read(1) == b"\n":
+                    return
+                f.seek(0)
+                data = f.read()
+                f.truncate(data.rfind(b"\n") + 1)
+                f.flush()
+                os.fsync(f.fileno())
+        except FileNotFoundError:
+            return
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        """Append one record (it must carry an integer ``"step"``) as one whole line, fsynced."""
+        if not isinstance(record.get("step"), int):
+            raise ValueError("a metrics record needs an integer 'step'")
+        line = (json.dumps(record) + "\n").encode("utf-8")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._drop_torn_tail()
+        fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, line)
+            if written != len(line):  # a short write is a torn line: cut it now
+                os.ftruncate(fd, os.fstat(fd).st_size - written)
+                raise OSError(f"short write to {self.metrics_path}")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _metric_lines(self) -> list[tuple[str, dict[str, Any]]]:
+        try:
+            text = self.metrics_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        complete = text.split("\n")[:-1]  # the part after the last newline is a torn line
+        out = []
+        for number, line in enumerate(complete, start=1):
+            if not line.strip():
+                continue
+            try:
+                out.append((line, json.loads(line)))
+            except ValueError:
+                raise RunDirError(f"{self.metrics_path}:{number}: not a JSON record") from None
+        return out
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """Every complete record, in order (a torn last line is ignored)."""
+        return [record for _, record in self._metric_lines()]
+
+    def truncate_metrics(self, after_step: int) -> None:
+        """Keep only the records with ``step <= after_step`` (on resume), atomically."""
+        kept = [line for line, record in self._metric_lines() if record["step"] <= after_step]
+        atomic_write_text(self.metrics_path, "".join(line + "\n" for line in kept))
+
+    # --- checkpoints -------------------------------------------------------------------------
+
+    def _checkpoints(self, complete_only: bool = True) -> list[tuple[int, Path]]:
+        if not self.checkpoints_path.is_dir():
+            return []
+        found = []
+        for child in self.checkpoints_path.iterdir():
+            match = _CHECKPOINT_NAME.fullmatch(child.name)
+            if match and child.is_dir():
+                if not complete_only or (child / COMPLETE_MARKER).is_file():
+                    found.append((int(match.group(1)), child))
+        return sorted(found)
+
+    def checkpoint_path(self, step: int) -> Path:
+        return self.checkpoints_path / f"step-{step:06d}"
+
+    def latest_checkpoint(self) -> Path | None:
+        """The complete checkpoint of the highest step, or None."""
+        found = self._checkpoints()
+        return found[-1][1] if found else None
+
+    def _discard(self, path: Path) -> None:
+        """Remove a folder by renaming it out of sight first, so no half-deleted one is seen."""
+        trash = path.with_name(f".trash-{path.name}-{os.getpid()}")
+        os.replace(path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def save_checkpoint(
+        self,
+        step: int,
+        *,
+        model: Any,
+        tokenizer: Any,
+        optimizer_state: dict[str, Any],
+        trainer_state: dict[str, Any],
+        generators: Mapping[str, torch.Generator] | None = None,
+    ) -> Path:
+        """Write ``checkpoints/step-<step>/`` completely, then keep only the last K checkpoints.
+
+        Checkpoints of later steps (an abandoned future after a resume) are removed too.
+        """
+        self.checkpoints_path.mkdir(parents=True, exist_ok=True)
+        for child in self.checkpoints_path.iterdir():  # leftovers of an earlier crash
+            if child.name.startswith((".tmp-", ".trash-")):
+                shutil.rmtree(child, ignore_errors=True)
+        rng_state = capture_rng_state(generators)  # before anything else can draw
+        final = self.checkpoint_path(step)
+        tmp = self.checkpoints_path / f".tmp-{final.name}-{os.getpid()}"
+        tmp.mkdir()
+        try:
+            model.save_pretrained(tmp)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
+            _torch_save_synced(optimizer_state, tmp / "optimizer.pt")
+            _torch_save_synced(rng_state, tmp / "rng.pt")
+            (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
+            for file in tmp.rglob("*"):
+                if file.is_file():
+                    with open(file, "rb+") as f:
+                        os.fsync(f.fileno())
+            atomic_write_text(tmp / COMPLETE_MARKER, f"{step}\n")
+            if final.exists():
+                self._discard(final)
+            os.replace(tmp, final)
+            _fsync_dir(self.checkpoints_path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        for other_step, path in self._checkpoints(complete_only=False):
+            incomplete = not (path / COMPLETE_MARKER).is_file()
+            if other_step > step or (incomplete and path != final):
+                self._discard(path)
+        complete = self._checkpoints()
+        for _, path in complete[: max(0, len(complete) - self.keep_checkpoints)]:
+            self._discard(path)
+        return final
+
+    def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        """``{"step", "path", "trainer_state", "optimizer_state", "rng_state"}`` of a checkpoint.
+
+        The caller loads the model with ``from_pretrained(path)`` and restores the RNG with
+        :func:`restore_rng_state` (last, just before training continues).
+        """
+        path = Path(path)
+        match = _CHECKPOINT_NAME.fullmatch(path.name)
+        if not match or not (path / COMPLETE_MARKER).is_file():
+            raise RunDirError(f"{path}: not a complete checkpoint")
+        try:
+            trainer_state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+            optimizer_state = torch.load(
+                path / "optimizer.pt", map_location="cpu", weights_only=True
+            )
+            rng_state = torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
+        except (OSError, ValueError, RuntimeError) as err:
+            raise RunDirError(f"{path}: cannot read checkpoint ({err})") from None
+        return {
+            "step": int(match.group(1)),
+            "path": path,
+            "trainer_state": trainer_state,
+            "optimizer_state": optimizer_state,
+            "rng_state": rng_state,
+        }
+
+
+class MetricsLogger:
+    """Writes records to metrics.jsonl and, when tensorboard is installed, as scalar events.
+
+    ``purge_step``: on resume, TensorBoard events at or after this step are discarded, so a
+    resumed run does not show the replayed steps twice.
+    """
+
+    def __init__(
+        self, run_dir: RunDir, *, tensorboard: bool = True, purge_step: int | None = None
+    ) -> None:
+        self.run_dir = run_dir
+        self._writer: Any = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writer = SummaryWriter(str(run_dir.tensorboard_path), purge_step=purge_step)
+            except ImportError:  # tensorboard is optional
+                self._writer = None
+
+    @property
+    def tensorboard_enabled(self) -> bool:
+        return self._writer is not None
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.run_dir.append_metrics(record)
+        if self._writer is not None:
+            for key, value in record.items():
+                if (
+                    isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                    and key != "step"
+                ):
+                    self._writer.add_scalar(key, value, record["step"])
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

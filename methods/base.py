@@ -1,11 +1,11 @@
 """What a method is to the harness: a small class that turns a rollout batch into token
 advantages and a loss, plus the services it may call.
 
-A method subclasses :class:`CreditMethod`, declares its hyper-parameters as a dataclass
-``Config`` (subclassing :class:`LossConfig`, whose fields set the policy loss), and is
-registered with :func:`methods.registry.register_method`. The harness never learns method
-names: it calls :meth:`CreditMethod.rollout`, :meth:`CreditMethod.advantages` and
-:meth:`CreditMethod.loss`.
+A method subclasses `CreditMethod`, declares its hyper-parameters as a dataclass
+``Config`` (subclassing `LossConfig`, whose fields set the policy loss), and is
+registered with `methods.registry.register_method`. The harness never learns method
+names: it calls `CreditMethod.rollout`, `CreditMethod.advantages` and
+`CreditMethod.loss`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class LossConfig:
         eps_high: upper clip (DAPO's clip-higher raises it).
         dual_clip: dual-clip constant ``c > 1`` for negative advantages, or None.
         ratio_level: ``token`` (PPO) or ``sequence`` (GSPO).
-        aggregation: one of :data:`methods.core.AGG_MODES`.
+        aggregation: one of `methods.core.AGG_MODES`.
         horizon: constant normaliser L of ``seq-mean-token-sum-norm``; 0 means the padded width.
         kl_coef: weight of the KL-to-reference term in the loss (0 turns it off).
         kl_kind: KL estimator, ``k1``, ``k2`` or ``k3``.
@@ -111,7 +111,7 @@ class CreditMethod:
             that whiten over the whole batch, like REINFORCE++).
         reference: needs ground truth that real tasks do not have (oracle credit).
         requires_extras: keys of ``RolloutBatch.extras`` the method reads; the harness
-            refuses a task that cannot supply them. Known keys: see :data:`EXTRA_KEYS`.
+            refuses a task that cannot supply them. Known keys: see `EXTRA_KEYS`.
     """
 
     name: ClassVar[str] = ""

@@ -104,7 +104,7 @@ def dapo_advantages(
 
 @dataclass
 class DAPOConfig(LossConfig):
-    """DAPO hyper-parameters (loss fields inherited from :class:`LossConfig`).
+    """DAPO hyper-parameters (loss fields inherited from `LossConfig`).
 
     Attributes:
         overlong_shaping: add the soft overlong punishment to the reward.

@@ -66,7 +66,7 @@ def drgrpo_advantages(
 
 @dataclass
 class DrGRPOConfig(LossConfig):
-    """Dr. GRPO hyper-parameters (loss fields inherited from :class:`LossConfig`).
+    """Dr. GRPO hyper-parameters (loss fields inherited from `LossConfig`).
 
     ``horizon`` is the constant L of the loss; 0 means the batch's padded width. Set it to the
     run's ``max_new_tokens``.

@@ -64,7 +64,7 @@ def grpo_advantages(
 
 @dataclass
 class GRPOConfig(LossConfig):
-    """GRPO hyper-parameters (loss fields inherited from :class:`LossConfig`)."""
+    """GRPO hyper-parameters (loss fields inherited from `LossConfig`)."""
 
     aggregation: str = "seq-mean-token-mean"
     std_kind: str = "unbiased"

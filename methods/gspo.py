@@ -60,7 +60,7 @@ def gspo_sequence_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) ->
 
 @dataclass
 class GSPOConfig(LossConfig):
-    """GSPO hyper-parameters (loss fields inherited from :class:`LossConfig`)."""
+    """GSPO hyper-parameters (loss fields inherited from `LossConfig`)."""
 
     eps_low: float = 3e-4
     eps_high: float = 4e-4

@@ -117,7 +117,7 @@ def reinforce_pp_baseline_advantages(
 
 @dataclass
 class ReinforcePPConfig(LossConfig):
-    """REINFORCE++ hyper-parameters (loss fields inherited from :class:`LossConfig`).
+    """REINFORCE++ hyper-parameters (loss fields inherited from `LossConfig`).
 
     Attributes:
         kl_coef_reward: β of the KL penalty in the token rewards (unverified default).

@@ -68,7 +68,7 @@ def rloo_advantages(
 
 @dataclass
 class RLOOConfig(LossConfig):
-    """RLOO hyper-parameters (loss fields inherited from :class:`LossConfig`)."""
+    """RLOO hyper-parameters (loss fields inherited from `LossConfig`)."""
 
     aggregation: str = "seq-mean-token-sum"
     singleton: str = "zero"

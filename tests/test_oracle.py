@@ -1,0 +1,127 @@
+"""Oracle credit: where a failure's blame lands, and how much of it there is."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from creditbench.methods.core import group_normalized_scores
+from creditbench.methods.grpo import grpo_advantages
+from creditbench.methods.oracle import Oracle, OracleConfig, oracle_advantages
+from creditbench.methods.registry import get_method
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import build_batch, rollout_batches
+
+
+def _grpo(batch) -> torch.Tensor:
+    return grpo_advantages(batch.rewards, batch.response_mask, batch.group_ids)
+
+
+def _masks(batch):
+    e = batch.extras
+    return e["first_wrong_mask"], e["after_wrong_mask"], e["wrong_step_mask"]
+
+
+def _scores(batch) -> torch.Tensor:
+    return group_normalized_scores(batch.rewards, batch.group_ids)
+
+
+def test_registered_as_a_reference_that_needs_ground_truth() -> None:
+    cls = get_method("oracle")
+    assert cls is Oracle and cls.reference
+    assert set(cls.requires_extras) == {"first_wrong_mask", "after_wrong_mask", "wrong_step_mask"}
+
+
+def test_worked_example() -> None:
+    """Two responses of four tokens, rewards 1 and 0: A = +1 and -1 (std of {0, 1} is 1/sqrt 2
+    and the gap to the mean is 1/2). The failure's first wrong step is tokens 1-2."""
+    mask = torch.ones(2, 4)
+    first = torch.tensor([[0, 0, 0, 0], [0, 1, 1, 0]], dtype=torch.float32)
+    after = torch.tensor([[0, 0, 0, 0], [0, 0, 0, 1]], dtype=torch.float32)
+    scores = torch.tensor([1.0, -1.0])
+    none = torch.zeros(2, 4)
+    got = oracle_advantages(scores, mask, first, after, none)
+    torch.testing.assert_close(got, torch.tensor([[1.0, 1, 1, 1], [0, -2, -2, 0]]))
+    got = oracle_advantages(scores, mask, first, after, none, redistribute=False)
+    torch.testing.assert_close(got, torch.tensor([[1.0, 1, 1, 1], [0, -1, -1, 0]]))
+    got = oracle_advantages(scores, mask, first, after, none, mode="suffix")
+    torch.testing.assert_close(got, torch.tensor([[1.0, 1, 1, 1], [0, -4 / 3, -4 / 3, -4 / 3]]))
+    wrong_in_success = torch.tensor([[0, 0, 1, 0], [0, 0, 0, 0]], dtype=torch.float32)
+    got = oracle_advantages(
+        scores, mask, first, after, wrong_in_success, penalize_wrong_in_success=True
+    )
+    torch.testing.assert_close(got, torch.tensor([[1.0, 1, -1, 1], [0, -2, -2, 0]]))
+
+
+@given(batch=rollout_batches(extras=True), mode=st.sampled_from(["first_wrong", "suffix"]))
+def test_each_response_keeps_grpos_total_credit(batch, mode: str) -> None:
+    got = Oracle(mode=mode).advantages(batch)
+    torch.testing.assert_close(got.sum(-1), _grpo(batch).sum(-1), rtol=1e-4, atol=1e-4)
+
+
+@given(batch=rollout_batches(extras=True), mode=st.sampled_from(["first_wrong", "suffix"]))
+def test_a_failure_blames_only_its_wrong_step(batch, mode: str) -> None:
+    first, after, _ = _masks(batch)
+    blame = (first if mode == "first_wrong" else torch.maximum(first, after)) * batch.response_mask
+    scores = _scores(batch)
+    got = Oracle(mode=mode).advantages(batch)
+    grpo = _grpo(batch)
+    for i in range(batch.size):
+        if scores[i] < 0 and blame[i].sum() > 0:
+            assert torch.all(got[i][blame[i] == 0] == 0)
+            assert torch.all(got[i][blame[i] > 0] < 0)
+        else:  # successes, ties and failures with no detectable wrong step: GRPO's credit
+            torch.testing.assert_close(got[i], grpo[i])
+
+
+@given(batch=rollout_batches(extras=True))
+def test_without_redistribution_blamed_tokens_get_grpos_advantage(batch) -> None:
+    first, _, _ = _masks(batch)
+    got = Oracle(redistribute=False).advantages(batch)
+    grpo = _grpo(batch)
+    blamed = (first * batch.response_mask) > 0
+    failed = (_scores(batch) < 0).unsqueeze(-1)
+    torch.testing.assert_close(got[blamed & failed], grpo[blamed & failed])
+    assert torch.all(got.abs() <= grpo.abs() + 1e-6)
+
+
+@given(batch=rollout_batches(extras=True))
+def test_suffix_blame_contains_first_wrong_blame(batch) -> None:
+    first = Oracle().advantages(batch) != 0
+    suffix = Oracle(mode="suffix").advantages(batch) != 0
+    assert torch.all(suffix | ~first)
+
+
+@given(batch=rollout_batches(extras=True))
+def test_wrong_steps_inside_successes_get_negative_credit(batch) -> None:
+    _, _, wrong = _masks(batch)
+    plain = Oracle().advantages(batch)
+    got = Oracle(penalize_wrong_in_success=True).advantages(batch)
+    success = (_scores(batch) > 0).unsqueeze(-1) & (batch.response_mask > 0)
+    hit = success & (wrong > 0)
+    torch.testing.assert_close(got[hit], -plain[hit])
+    torch.testing.assert_close(got[~hit], plain[~hit])
+
+
+def test_a_failure_without_a_detectable_wrong_step_falls_back_to_grpo() -> None:
+    batch = build_batch([4], [5, 5, 5, 5], [1.0, 0.0, 0.0, 1.0], seed=3)
+    for key in batch.extras:
+        batch.extras[key] = torch.zeros_like(batch.extras[key])
+    torch.testing.assert_close(Oracle().advantages(batch), _grpo(batch))
+
+
+def test_a_group_of_equal_rewards_gets_no_credit() -> None:
+    batch = build_batch([3], [4, 6, 5], [0.0, 0.0, 0.0], seed=1)
+    assert torch.all(Oracle(mode="suffix", penalize_wrong_in_success=True).advantages(batch) == 0)
+
+
+def test_missing_ground_truth_is_refused() -> None:
+    batch = build_batch([2], [3, 3], [1.0, 0.0], with_extras=False)
+    with pytest.raises(ValueError, match="first_wrong_mask"):
+        Oracle().advantages(batch)
+
+
+def test_bad_mode_is_named() -> None:
+    with pytest.raises(ValueError, match="^mode:"):
+        OracleConfig(mode="everything")
+    assert OracleConfig().redistribute is True

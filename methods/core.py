@@ -259,11 +259,17 @@ def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
 
 def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
     """``(x - mean) / sqrt(var + eps)`` over the masked positions of the whole batch, unbiased
-    variance (verl's ``masked_whiten``); masked positions come out 0."""
-    n = mask.sum()
-    mean = (values * mask).sum() / n.clamp(min=1)
-    var = (((values - mean) ** 2) * mask).sum() / (n - 1).clamp(min=1)
-    return (values - mean) * torch.rsqrt(var + eps) * mask
+    variance (verl's ``masked_whiten``); masked positions come out 0.
+
+    Computed in float64 and cast back: when the values barely vary around a large mean, the
+    division by their small spread would otherwise turn float32 rounding, which depends on
+    the order of the rows, into visible differences.
+    """
+    v, m = values.to(torch.float64), mask.to(torch.float64)
+    n = m.sum()
+    mean = (v * m).sum() / n.clamp(min=1)
+    var = (((v - mean) ** 2) * m).sum() / (n - 1).clamp(min=1)
+    return ((v - mean) * torch.rsqrt(var + eps) * m).to(values.dtype)
 
 
 # --------------------------------------------------------------------------------------------

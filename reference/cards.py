@@ -1,0 +1,272 @@
+"""Paper cards: one YAML file per paper, loaded and checked against a small schema.
+
+A card records what a paper says and where it says it: the citation, the methods it proposes
+and compares (and whether ``methods/`` registers them), the training recipe, the numbers it
+reports table by table, and how ``creditbench reproduce`` scales the recipe down to the CPU
+testbed (``cpu_scale``) or refuses to run it at full size (``paper_scale``).
+
+Recipe values are never bare. Each one is either the literal ``unknown`` or a mapping::
+
+    group_size: {value: 16, source: "§4.1", tag: paper}
+
+``tag`` says how the value was obtained: ``paper`` (read in the paper), ``code`` (read in the
+authors' code) or ``inferred`` (a reading of our own, stated as such); ``verified: false``
+marks a value relayed by a secondary summary and not checked against the paper.
+
+A card file (``cards/<id>.yaml``; `load_cards` reads them all) holds::
+
+    id, title, authors, arxiv ("2402.03300", quoted), year, code (URL or null)
+    methods:   - {name, registered, role: proposed | baseline | anchor, label?, note?}
+    recipe:    base_model, training_data, group_size, prompts_per_step, learning_rate,
+               max_response_length, temperature, steps_or_budget, kl_coef,
+               clip: {eps_low, eps_high} | unknown, aggregation, other?: {name: value}
+    results:   - {table, benchmark, metric (pass@k, avg@k, maj@k, accuracy, ...), model,
+                  verified, source?, note?, rows: {row label: number | {value, verified}}}
+    cpu_scale?:   {methods, budget (a shipped suite's name), seeds?, settings?: {dotted
+                   run-config key: value}, method_options?: {method: {...}}, compare?, note?}
+    paper_scale?: {model, hardware ("K x GPU with >= N GiB"), requires, tag, note?}
+    notes?
+
+A method is ``registered`` only if ``methods/`` registers that name; until then the card
+lists it under the name it will take (or the paper's name) with ``registered: false``. The
+``anchor`` role marks a method the paper does not compare with but that runs beside it on
+the testbed (GRPO, the leaderboard's zero point). Row labels are the paper's; a method's
+``label`` says which row is its own, for `Card.results_for`.
+
+Every mistake in a card raises `CardError` naming the file and the field as a dotted path,
+for example ``dapo.yaml: recipe.group_size: expected a number or 'unknown'``. The checks
+live in `creditbench.reference.card_schema`.
+
+This module imports nothing of creditbench (only the standard library and PyYAML), so the
+harness and the leaderboard can both read cards.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CARDS_DIR = Path(__file__).parent / "cards"
+UNKNOWN = "unknown"
+TAGS = ("paper", "code", "inferred")
+ROLES = ("proposed", "baseline", "anchor")
+NAMED_METRICS = ("accuracy", "tests_passed", "unknown")
+METRIC_PATTERN = re.compile(r"^(pass|avg|maj|discovery)@\d+$")
+ARXIV_PATTERN = re.compile(r"^\d{4}\.\d{4,5}(v\d+)?$")
+IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]*$")
+SETTING_KEY = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+HARDWARE_PATTERN = re.compile(r"^(?:(\d+) x )?GPU with >= (\d+) GiB$")
+
+# Recipe fields and the kind of value each holds.
+RECIPE_FIELDS = {
+    "base_model": "text",
+    "training_data": "text",
+    "group_size": "number",
+    "prompts_per_step": "number",
+    "learning_rate": "number",
+    "max_response_length": "number",
+    "temperature": "number",
+    "steps_or_budget": "text or number",
+    "kl_coef": "number",
+    "aggregation": "text",
+}
+
+
+class CardError(ValueError):
+    """A card breaks the schema; the message names the file and the field (dotted path)."""
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """A recipe value with its provenance. ``unknown`` values are `None` instead."""
+
+    value: Any
+    source: str
+    tag: str
+    verified: bool = True
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The paper's training recipe; a field is `None` where the card says ``unknown``."""
+
+    base_model: Sourced | None
+    training_data: Sourced | None
+    group_size: Sourced | None
+    prompts_per_step: Sourced | None
+    learning_rate: Sourced | None
+    max_response_length: Sourced | None
+    temperature: Sourced | None
+    steps_or_budget: Sourced | None
+    kl_coef: Sourced | None
+    eps_low: Sourced | None
+    eps_high: Sourced | None
+    aggregation: Sourced | None
+    other: dict[str, Sourced | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method the paper proposes or compares. ``name`` is the registry name when
+    ``registered`` is true; ``label`` is how the paper's tables name its row."""
+
+    name: str
+    registered: bool
+    role: str
+    label: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    """One benchmark column of one table of the paper: a number per row (method)."""
+
+    table: str
+    benchmark: str
+    metric: str
+    model: str
+    rows: dict[str, float]
+    verified: bool
+    unverified_rows: frozenset[str] = frozenset()
+    source: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One reported number, as `Card.results_for` returns it."""
+
+    table: str
+    benchmark: str
+    metric: str
+    model: str
+    label: str
+    value: float
+    verified: bool
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A result table whose ordering of methods a CPU-scale reproduction is compared to."""
+
+    table: str
+    benchmark: str
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class CpuScale:
+    """The recipe scaled to the embedded testbed: which methods, which relative settings
+    (dotted run-config keys), per-method options, the budget label (a shipped suite whose
+    per-run budget is used), the seeds, and the paper tables to compare orderings with."""
+
+    methods: tuple[str, ...]
+    budget: str
+    seeds: tuple[int, ...] = (0, 1, 2)
+    settings: dict[str, Any] = field(default_factory=dict)
+    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    compare: tuple[Comparison, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PaperScale:
+    """What the full recipe needs, so that ``reproduce --scale paper`` can refuse clearly."""
+
+    model: str | None
+    hardware: str
+    requires: tuple[str, ...]
+    tag: str
+    note: str = ""
+
+    @property
+    def gpu_count(self) -> int:
+        match = HARDWARE_PATTERN.match(self.hardware)
+        return int(match.group(1) or 1) if match else 1
+
+    @property
+    def gpu_memory_gib(self) -> int:
+        match = HARDWARE_PATTERN.match(self.hardware)
+        return int(match.group(2)) if match else 0
+
+
+@dataclass(frozen=True)
+class Card:
+    id: str
+    title: str
+    authors: tuple[str, ...]
+    arxiv: str
+    year: int
+    code: str | None
+    methods: tuple[Method, ...]
+    recipe: Recipe
+    results: tuple[ResultTable, ...]
+    cpu_scale: CpuScale | None = None
+    paper_scale: PaperScale | None = None
+    notes: str = ""
+    path: Path | None = None
+
+    def method_names(self) -> list[str]:
+        """The names of every method of the card, in card order."""
+        return [method.name for method in self.methods]
+
+    def registered_methods(self) -> list[str]:
+        """The registry names of the methods ``methods/`` implements."""
+        return [method.name for method in self.methods if method.registered]
+
+    def results_for(self, method: str) -> list[Result]:
+        """Every number reported for ``method`` (a method name or a row label), table order."""
+        label = next((m.label for m in self.methods if m.name == method), method)
+        found = []
+        for table in self.results:
+            if label in table.rows:
+                found.append(
+                    Result(
+                        table=table.table,
+                        benchmark=table.benchmark,
+                        metric=table.metric,
+                        model=table.model,
+                        label=label,
+                        value=table.rows[label],
+                        verified=table.verified and label not in table.unverified_rows,
+                    )
+                )
+        return found
+
+
+def load_card(path: str | Path) -> Card:
+    """Read and validate one card file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise CardError(f"{path.name}: cannot read the card ({err.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "?"
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise CardError(f"{path.name}: {where}: invalid YAML: {problem}") from None
+    from .card_schema import card_from_dict  # the schema module imports this one
+
+    return card_from_dict(data, path.name, path)
+
+
+def load_cards(directory: str | Path | None = None) -> dict[str, Card]:
+    """Every ``*.yaml`` card of ``directory`` (default: the shipped cards), by id."""
+    folder = Path(directory) if directory is not None else CARDS_DIR
+    if not folder.is_dir():
+        raise CardError(f"{folder.name}: not a directory of cards")
+    return {card.id: card for card in map(load_card, sorted(folder.glob("*.yaml")))}
+
+
+def cards_naming(method: str, cards: Mapping[str, Card]) -> list[str]:
+    """The ids of the cards that list ``method`` as a registered method."""
+    return [card.id for card in cards.values() if method in card.registered_methods()]

@@ -1,0 +1,280 @@
+"""Collect finished runs under a results directory into one tidy table.
+
+A run directory is any folder holding ``config.yaml`` (see :mod:`creditbench.harness.rundir`).
+A run is read only when it is finished: ``summary.json`` parses and says ``"status":
+"finished"``. Everything else (no summary yet, a failed run, an unreadable file, a finished run
+without evaluations) is skipped with a warning that names the folder.
+
+The table (a pandas DataFrame) has two kinds of rows, told apart by ``kind``:
+
+- ``"eval"``: one per run and evaluation point, with ``budget_fraction`` and the evaluation
+  metrics (``sampled_accuracy``, ``greedy_accuracy``, ``pass_at_k``, ...);
+- ``"run"``: one per run (``budget_fraction`` empty) with ``final_accuracy``, ``auc`` (and
+  ``final_<metric>``, ``auc_<metric>`` for each accuracy metric every evaluation has), the
+  means of the step-level diagnostics (``credit_precision``, ``credit_auroc``, ``entropy``, ...)
+  plus the filler entropy at the first and last logged step and its drift (last - first).
+
+Every row carries ``run`` (the folder relative to the results directory), ``method``, ``task``,
+``options`` (the task options as ``key=value``, ``default`` when none), ``setting`` (the config
+fields that vary between the collected runs besides method, task, options and seed, such as a
+swept batch size; ``default`` when none) and ``seed``. ``accuracy_metric`` names the metric behind
+``final_accuracy`` and ``auc``: ``sampled_accuracy`` when every evaluation of the run has it,
+otherwise ``greedy_accuracy`` (the trainer's summary uses the same rule).
+
+No run is counted twice: a folder reached by two paths (a symbolic link) is read once, and two
+folders holding the same run (same method, method options, task, options, setting and seed) keep
+the one whose relative path sorts first, with a warning naming both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from creditbench.harness.rundir import RunDir, RunDirError
+
+# Config fields that name where or how a run was executed, not what it computed.
+NOT_A_SETTING = ("run_name", "output_dir", "device", "checkpoint_every")
+IDENTITY_FIELDS = ("method", "method_options", "task", "task_options", "seed")
+# Step-record keys that are bookkeeping, not diagnostics.
+NOT_A_DIAGNOSTIC = {
+    "step",
+    "budget_fraction",
+    "flops",
+    "generated_tokens",
+    "forward_tokens",
+    "trained_tokens",
+    "optimizer_steps",
+    "responses",
+}
+EVAL_METRICS = ("sampled_accuracy", "greedy_accuracy", "pass_at_k", "mean_length")
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: json.dumps(data, sort_keys=True)}
+
+
+def options_key(options: dict[str, Any] | None) -> str:
+    """``{"steps": 8, "slip_rate": 0.1}`` -> ``"slip_rate=0.1,steps=8"``; empty -> ``"default"``."""
+    if not options:
+        return "default"
+    flat = _flatten(options)
+    return ",".join(f"{key}={json.loads(value)}" for key, value in sorted(flat.items()))
+
+
+def trapezoid(xs: list[float], ys: list[float]) -> float:
+    """Area under the piecewise-linear curve through ``(xs, ys)``; one point gives 0."""
+    return sum(
+        (x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:], strict=False)
+    )
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _find_run_dirs(root: Path) -> tuple[list[Path], list[str]]:
+    """Every folder under ``root`` holding config.yaml, each real folder once.
+
+    A run reached both directly and through a link is read at its direct path; links are
+    followed, but no real folder is walked twice (so a link cycle ends).
+    """
+    seen_dirs: set[str] = set()
+    reached: dict[str, list[Path]] = {}
+    for current, dirnames, filenames in os.walk(root, followlinks=True):
+        here = Path(current)
+        seen_dirs.add(os.path.realpath(here))
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if not d.startswith(".") and os.path.realpath(here / d) not in seen_dirs
+        )
+        if "config.yaml" in filenames:
+            dirnames[:] = []  # a run directory holds no other run
+            reached.setdefault(os.path.realpath(here), []).append(here)
+    warnings: list[str] = []
+    found = []
+    for paths in reached.values():
+        direct = sorted(paths, key=lambda p: (os.path.realpath(p) != os.path.abspath(p), str(p)))
+        found.append(direct[0])
+        for other in direct[1:]:
+            warnings.append(
+                f"{other.relative_to(root).as_posix()}: the same directory as "
+                f"{direct[0].relative_to(root).as_posix()} (a link); counted once"
+            )
+    return sorted(found), sorted(warnings)
+
+
+def _read_run(run: RunDir) -> tuple[dict[str, Any], list[dict], list[dict]]:
+    """(config, eval entries, step records) of a finished run; RunDirError says why not."""
+    config = run.config()
+    try:
+        summary = json.loads(run.summary_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunDirError("unfinished (no summary.json)") from None
+    except (OSError, ValueError) as err:
+        raise RunDirError(f"corrupt summary.json ({err})") from None
+    if not isinstance(summary, dict):
+        raise RunDirError("corrupt summary.json (not a JSON object)")
+    status = summary.get("status")
+    if status != "finished":
+        detail = f": {summary['error']}" if summary.get("error") else ""
+        raise RunDirError(f"not finished (status {status!r}{detail})")
+    for key in ("method", "task", "seed"):
+        if key in summary and summary[key] != config.get(key):
+            raise RunDirError(
+                f"corrupt: summary.json {key}={summary[key]!r} but config.yaml "
+                f"says {config.get(key)!r}"
+            )
+    if not isinstance(config.get("method"), str) or not isinstance(config.get("seed"), int):
+        raise RunDirError("corrupt config.yaml (no method name or integer seed)")
+    records = run.read_metrics()
+    by_fraction: dict[float, dict] = {}
+    steps = []
+    for record in records:
+        entry = record.get("eval")
+        if isinstance(entry, dict):
+            if not _finite(entry.get("fraction")):
+                raise RunDirError(f"corrupt eval record at step {record.get('step')}: no fraction")
+            by_fraction[min(float(entry["fraction"]), 1.0)] = entry  # a repeat: the later one
+        else:
+            steps.append(record)
+    if not by_fraction:
+        raise RunDirError("finished but metrics.jsonl holds no evaluation")
+    evals = [dict(by_fraction[f], fraction=f) for f in sorted(by_fraction)]
+    return config, evals, steps
+
+
+def _run_rows(rel: str, config: dict, evals: list[dict], steps: list[dict]) -> list[dict]:
+    base = {
+        "run": rel,
+        "method": config["method"],
+        "task": str(config.get("task")),
+        "options": options_key(config.get("task_options")),
+        "seed": config["seed"],
+    }
+    metric = (
+        "sampled_accuracy"
+        if all(_finite(e.get("sampled_accuracy")) for e in evals)
+        else "greedy_accuracy"
+    )
+    rows = []
+    for entry in evals:
+        row = {
+            **base,
+            "kind": "eval",
+            "budget_fraction": entry["fraction"],
+            "step": entry.get("step"),
+        }
+        row.update({k: entry[k] for k in EVAL_METRICS if _finite(entry.get(k))})
+        rows.append(row)
+    run_row: dict[str, Any] = {**base, "kind": "run", "accuracy_metric": metric}
+    fractions = [e["fraction"] for e in evals]
+    for name in ("sampled_accuracy", "greedy_accuracy"):
+        if all(_finite(e.get(name)) for e in evals):
+            run_row[f"final_{name}"] = float(evals[-1][name])
+            run_row[f"auc_{name}"] = trapezoid(fractions, [e[name] for e in evals])
+    run_row["final_accuracy"] = run_row.get(f"final_{metric}", math.nan)
+    run_row["auc"] = run_row.get(f"auc_{metric}", math.nan)
+    run_row["steps"] = max((r["step"] for r in steps if isinstance(r.get("step"), int)), default=0)
+    values: dict[str, list[float]] = {}
+    for record in steps:
+        for key, value in record.items():
+            if key not in NOT_A_DIAGNOSTIC and _finite(value):
+                values.setdefault(key, []).append(float(value))
+    for key, series in values.items():
+        run_row[key] = sum(series) / len(series)
+    filler = values.get("filler_entropy")
+    if filler:
+        run_row["filler_entropy_first"] = filler[0]
+        run_row["filler_entropy_last"] = filler[-1]
+        run_row["filler_entropy_drift"] = filler[-1] - filler[0]
+    rows.append(run_row)
+    return rows
+
+
+def _labels(configs: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:
+    """Per run: the setting label and the method label (method options that vary, if any)."""
+    flat = {
+        rel: _flatten({k: v for k, v in c.items() if k not in IDENTITY_FIELDS})
+        for rel, c in configs.items()
+    }
+    keys = sorted({k for f in flat.values() for k in f if k.split(".")[0] not in NOT_A_SETTING})
+    varying = [k for k in keys if len({f.get(k) for f in flat.values()}) > 1]
+    settings = {
+        rel: ",".join(f"{k}={json.loads(f[k]) if k in f else None}" for k in varying) or "default"
+        for rel, f in flat.items()
+    }
+    options = {rel: _flatten(c.get("method_options") or {}) for rel, c in configs.items()}
+    methods = {}
+    for rel, config in configs.items():
+        same = [options[r] for r, c in configs.items() if c["method"] == config["method"]]
+        differ = sorted(
+            k for k in {k for o in same for k in o} if len({o.get(k) for o in same}) > 1
+        )
+        suffix = ",".join(
+            f"{k}={json.loads(options[rel][k]) if k in options[rel] else None}" for k in differ
+        )
+        methods[rel] = f"{config['method']}[{suffix}]" if suffix else config["method"]
+    return settings, methods
+
+
+def collect_runs(results_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
+    """Every finished run under ``results_dir`` as one tidy table, and the warnings.
+
+    Raises:
+        FileNotFoundError: ``results_dir`` is not a directory.
+    """
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such results directory")
+    paths, warnings = _find_run_dirs(root)
+    read: dict[str, tuple[dict, list[dict], list[dict]]] = {}
+    for path in paths:
+        rel = path.relative_to(root).as_posix() or "."
+        try:
+            read[rel] = _read_run(RunDir(path))
+        except RunDirError as err:
+            text = str(err).replace(f"{path}{os.sep}", "").replace(str(path), "")
+            message = text.lstrip(": ") or "unreadable"
+            warnings.append(f"{rel}: skipped: {message}")
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            warnings.append(f"{rel}: skipped: corrupt ({type(err).__name__}: {err})")
+    settings, methods = _labels({rel: cfg for rel, (cfg, _, _) in read.items()})
+    rows: list[dict] = []
+    kept: dict[tuple, str] = {}
+    for rel in sorted(read):
+        config, evals, steps = read[rel]
+        identity = (
+            methods[rel],
+            str(config.get("task")),
+            options_key(config.get("task_options")),
+            settings[rel],
+            config["seed"],
+        )
+        if identity in kept:
+            warnings.append(
+                f"{rel}: skipped: a duplicate of {kept[identity]} (method {identity[0]}, task "
+                f"{identity[1]}, options {identity[2]}, setting {identity[3]}, seed {identity[4]})"
+            )
+            continue
+        kept[identity] = rel
+        for row in _run_rows(rel, config, evals, steps):
+            row.update(method=methods[rel], setting=settings[rel])
+            rows.append(row)
+    front = ["run", "kind", "method", "task", "options", "setting", "seed", "budget_fraction"]
+    table = pd.DataFrame(rows)
+    if table.empty:
+        table = pd.DataFrame(columns=front)
+    rest = [c for c in table.columns if c not in front]
+    return table[front + rest], warnings

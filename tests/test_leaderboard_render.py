@@ -1,0 +1,283 @@
+"""The leaderboard end to end on fake run directories: collect, render, and a real browser.
+
+Three methods x three seeds of finished runs are written with RunDir exactly as the trainer
+lays them out (config.yaml, metrics.jsonl with step and eval records, summary.json), plus an
+unfinished run, a corrupt one, a failed one and a duplicate of a finished one.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from creditbench.harness.cli import main as cli_main
+from creditbench.harness.config import RunConfig, to_dict
+from creditbench.harness.rundir import RunDir
+from creditbench.leaderboard import LeaderboardError, collect_runs, render
+
+FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# Final accuracy per method at seed 0; seeds add 0.01 each. Slopes are over the budget.
+START, SLOPE = 0.3, {"grpo": 0.1, "dapo": 0.2, "oracle": 0.4}
+CREDIT_AUROC = {"grpo": 0.5, "dapo": 0.6, "oracle": 0.9}
+FILLER_DRIFT = {"grpo": -0.4, "dapo": -0.2, "oracle": 0.0}
+
+
+def make_run(
+    root, name, method, seed, *, steps=4, task="chain", status="finished", summary=True, **sections
+):
+    """A run as the trainer writes it; ``sections`` update config sections (rollout={...})."""
+    config = to_dict(RunConfig(method=method, seed=seed, task=task, task_options={"steps": steps}))
+    config.update(run_name=name, output_dir=str(root))
+    for section, values in sections.items():
+        config[section].update(values)
+    run = RunDir(root / name)
+    run.create(config, {"python": "3.11"})
+    accuracy = [START + 0.01 * seed + SLOPE[method] * f for f in FRACTIONS]
+    run.append_metrics(
+        {
+            "step": 0,
+            "eval": {
+                "fraction": 0.0,
+                "step": 0,
+                "sampled_accuracy": accuracy[0],
+                "greedy_accuracy": accuracy[0],
+            },
+        }
+    )
+    n_steps = len(FRACTIONS) - 1
+    for step in range(1, n_steps + 1):
+        fraction = step / n_steps
+        run.append_metrics(
+            {
+                "step": step,
+                "budget_fraction": fraction,
+                "flops": 1e9 * step,
+                "reward_mean": 0.4,
+                "entropy": 1.0,
+                "filler_entropy": 1.35 + FILLER_DRIFT[method] * (step - 1) / (n_steps - 1),
+                "credit_precision": CREDIT_AUROC[method] - 0.3,
+                "credit_auroc": CREDIT_AUROC[method],
+                "credit_chance": 0.1,
+                "time": {"step": 0.5},
+            }
+        )
+        run.append_metrics(
+            {
+                "step": step,
+                "eval": {
+                    "fraction": FRACTIONS[step],
+                    "step": step,
+                    "sampled_accuracy": accuracy[step],
+                    "greedy_accuracy": accuracy[step],
+                },
+            }
+        )
+    if summary:
+        run.write_summary(
+            {
+                "status": status,
+                "method": method,
+                "task": task,
+                "seed": seed,
+                "task_options": {"steps": steps},
+            }
+        )
+    return run
+
+
+@pytest.fixture
+def results(tmp_path):
+    root = tmp_path / "results"
+    for method in SLOPE:
+        for seed in range(3):
+            make_run(root, f"{method}-chain-s{seed}", method, seed)
+    make_run(root, "grpo-unfinished", "grpo", 7, summary=False)
+    corrupt = make_run(root, "oracle-corrupt", "oracle", 8)
+    corrupt.summary_path.write_text('{"status": "fini')
+    make_run(root, "dapo-failed", "dapo", 9, status="non-finite")
+    shutil.copytree(root / "grpo-chain-s1", root / "zz-copy" / "grpo-chain-s1")
+    (root / "link-to-oracle").symlink_to(root / "oracle-chain-s2", target_is_directory=True)
+    (root / "zz-copy" / "loop").symlink_to(root, target_is_directory=True)  # a link cycle
+    return root
+
+
+def test_collect_skips_bad_runs_with_named_warnings_and_never_double_counts(results):
+    table, warnings = collect_runs(results)
+    runs = table[table["kind"] == "run"]
+    assert len(runs) == 9
+    assert sorted(runs["run"]) == sorted(f"{m}-chain-s{s}" for m in SLOPE for s in range(3))
+    assert not runs.duplicated(["method", "task", "options", "seed"]).any()
+    assert len(table[table["kind"] == "eval"]) == 9 * len(FRACTIONS)
+    text = "\n".join(warnings)
+    assert re.search(r"grpo-unfinished: .*unfinished", text)
+    assert re.search(r"oracle-corrupt: .*corrupt summary\.json", text)
+    assert re.search(r"dapo-failed: .*non-finite", text)
+    assert re.search(r"zz-copy/grpo-chain-s1: .*duplicate of grpo-chain-s1", text)
+    assert re.search(r"link-to-oracle: the same directory as oracle-chain-s2", text)
+    oracle0 = runs[runs["run"] == "oracle-chain-s0"].iloc[0]
+    assert oracle0["final_accuracy"] == pytest.approx(0.7)
+    assert oracle0["auc"] == pytest.approx(0.3 + 0.4 / 2)
+    assert oracle0["options"] == "steps=4"
+    assert oracle0["filler_entropy_drift"] == pytest.approx(0.0)
+    grpo0 = runs[runs["run"] == "grpo-chain-s0"].iloc[0]
+    assert grpo0["filler_entropy_drift"] == pytest.approx(-0.4)
+    assert grpo0["credit_auroc"] == pytest.approx(0.5)
+
+
+def test_render_writes_every_file_with_the_methods_and_one_row_per_run(results, tmp_path):
+    out = tmp_path / "board"
+    paths = render(results, out, reps=200)
+    for key in (
+        "markdown",
+        "csv",
+        "runs_csv",
+        "html",
+        "accuracy_vs_budget",
+        "final_accuracy",
+        "credit",
+    ):
+        assert paths[key].is_file() and paths[key].stat().st_size > 0, key
+        assert paths[key].parent == out
+    assert "gain_vs_length" not in paths  # one chain length only
+    md = paths["markdown"].read_text()
+    table_rows = [line for line in md.splitlines() if line.startswith("| ")]
+    for method in SLOPE:
+        assert any(f"| {method} |" in line for line in table_rows), method
+    # oracle is best, alone; the method order of the accuracy table follows the ranks
+    assert re.search(r"^\| 1 \| oracle \| 3 \|", md, re.M)
+    for name in ("grpo-unfinished", "oracle-corrupt", "dapo-failed", "zz-copy/grpo-chain-s1"):
+        assert name in md
+    with open(paths["csv"]) as f:
+        stats_rows = list(csv.DictReader(f))
+    assert sorted(r["method"] for r in stats_rows) == sorted(SLOPE)
+    assert {r["n_seeds"] for r in stats_rows} == {"3"}
+    with open(paths["runs_csv"]) as f:
+        run_rows = list(csv.DictReader(f))
+    assert len(run_rows) == 9 * (len(FRACTIONS) + 1)
+    assert len({r["run"] for r in run_rows}) == 9
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_render_plots_gain_against_chain_length_when_lengths_vary(tmp_path):
+    root = tmp_path / "results"
+    for steps in (4, 8):
+        for method in ("grpo", "oracle"):
+            for seed in range(2):
+                make_run(root, f"{method}-l{steps}-s{seed}", method, seed, steps=steps)
+    paths = render(root, reps=100)
+    assert paths["gain_vs_length"].is_file()
+    md = paths["markdown"].read_text()
+    assert "## chain · steps=4" in md and "## chain · steps=8" in md
+
+
+def test_swept_settings_and_method_options_are_separate_rows_not_duplicates(tmp_path):
+    root = tmp_path / "results"
+    for prompts in (4, 16):
+        make_run(root, f"grpo-p{prompts}", "grpo", 0, rollout={"prompts_per_step": prompts})
+    make_run(root, "dapo-a", "dapo", 0, method_options={"eps_high": 0.2})
+    make_run(root, "dapo-b", "dapo", 0, method_options={"eps_high": 0.28})
+    table, warnings = collect_runs(root)
+    runs = table[table["kind"] == "run"].set_index("run")
+    assert warnings == []
+    assert runs.loc["grpo-p4", "setting"] != runs.loc["grpo-p16", "setting"]
+    assert "rollout.prompts_per_step=16" in runs.loc["grpo-p16", "setting"]
+    assert runs.loc["dapo-a", "method"] == "dapo[eps_high=0.2]"
+    assert runs.loc["dapo-b", "method"] == "dapo[eps_high=0.28]"
+
+
+def test_paper_numbers_appear_only_where_the_task_matches(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import creditbench.reference.cards as cards
+
+    card = SimpleNamespace(
+        title="A paper",
+        arxiv="2402.03300",
+        methods=(SimpleNamespace(name="grpo", label="GRPO", registered=True),),
+        results=(
+            SimpleNamespace(
+                table="Table 9",
+                benchmark="GSM-8K",
+                metric="pass@1",
+                model="M-7B",
+                rows={"GRPO": 88.2, "Other": 80.0},
+                verified=True,
+                unverified_rows=frozenset({"Other"}),
+            ),
+            SimpleNamespace(
+                table="Table 9",
+                benchmark="AIME 2024",
+                metric="avg@32",
+                model="M-7B",
+                rows={"GRPO": 12.0},
+                verified=True,
+                unverified_rows=frozenset(),
+            ),
+        ),
+    )
+    monkeypatch.setattr(cards, "load_cards", lambda: {"paper": card})
+    root = tmp_path / "results"
+    make_run(root, "grpo-gsm8k", "grpo", 0, task="gsm8k")
+    make_run(root, "grpo-chain", "grpo", 0)
+    md = render(root, reps=50)["markdown"].read_text()
+    chain_part, gsm8k_part = md.split("## gsm8k")
+    assert "reported by the paper" not in chain_part
+    assert "Reported by the paper" in gsm8k_part
+    row = next(line for line in gsm8k_part.splitlines() if "| GRPO |" in line)
+    assert "88.2" in row and "40.0" in row  # ours: final accuracy 0.4 as a percentage
+    assert "80 (unverified)" in gsm8k_part and "not run" in gsm8k_part
+    assert "AIME" not in md
+
+
+def test_render_refuses_an_empty_or_missing_results_directory(tmp_path):
+    with pytest.raises(LeaderboardError, match="no such results directory"):
+        render(tmp_path / "nowhere")
+    make_run(tmp_path / "r", "grpo-x", "grpo", 0, summary=False)
+    with pytest.raises(LeaderboardError, match=r"no finished run.*grpo-x"):
+        render(tmp_path / "r")
+    assert not (tmp_path / "r" / "leaderboard.md").exists()
+
+
+def test_cli_leaderboard_renders_and_exits_2_on_an_empty_directory(results, tmp_path, capsys):
+    assert cli_main(["leaderboard", str(results), "--out", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "leaderboard.html").is_file()
+    (tmp_path / "empty").mkdir()
+    assert cli_main(["leaderboard", str(tmp_path / "empty")]) == 2
+    assert "no finished run" in capsys.readouterr().err
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(
+    _chromium() is None, reason="needs Debian's chromium (apt-get install chromium)"
+)
+def test_html_page_loads_in_headless_chromium_with_tables_and_embedded_images(results, tmp_path):
+    paths = render(results, tmp_path / "board", reps=200)
+    profile = tmp_path / "profile"
+    command = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        paths["html"].as_uri(),
+    ]
+    dom = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert dom.count("<table>") >= 2
+    assert "oracle" in dom and "credit AUROC" in dom
+    images = re.findall(r'<img[^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"', dom)
+    assert len(images) >= 3
+    for data in images:
+        png = base64.b64decode(data)
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+    assert not re.search(r'(src|href)="(https?:)?//', dom)  # no external assets

@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .cli_bootstrap import add_bootstrap_commands
+from .cli_data import add_data_commands
+from .cli_leaderboard import add_leaderboard_commands
+from .cli_train import add_train_commands
+
 
 def _cmd_methods(args: argparse.Namespace) -> int:
     from creditbench.methods.registry import list_methods
@@ -27,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("methods", help="list every registered method")
     p.set_defaults(func=_cmd_methods)
+    add_bootstrap_commands(sub)
+    add_data_commands(sub)
+    add_train_commands(sub)
+    add_leaderboard_commands(sub)
     return parser
 
 

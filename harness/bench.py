@@ -1,0 +1,357 @@
+"""``creditbench bench``: run a suite of methods x seeds x task settings in parallel workers.
+
+A suite is a YAML file in ``harness/suites/`` (or any path)::
+
+    description: one line
+    methods: all             # every registered method that is not a reference, or a list
+    references: [oracle]     # reference methods to add ("all": every one), default none
+    seeds: [0, 1, 2]
+    tasks:
+      - name: chain
+        options: {n_steps: [4, 8]}    # a list sweeps the option
+    grid: {rollout.prompts_per_step: [4, 16]}   # config fields swept for every run
+    settings: {eval.n_problems: 200}  # config fields fixed for every run
+    budget: {unit: flops, amount: 2.0e13}
+
+Each run is a ``creditbench train`` subprocess with its threads set explicitly, writing
+``RESULTS/<run name>/``. Finished runs (``summary.json``) are skipped and interrupted ones resume
+from their last checkpoint, so the command can be rerun after any interruption. Every run's
+config is validated, and each distinct base policy is built once, before any worker starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SUITE_KEYS = (
+    "description",
+    "methods",
+    "references",
+    "seeds",
+    "tasks",
+    "grid",
+    "settings",
+    "budget",
+)
+
+
+class SuiteError(ValueError):
+    """A suite file or a bench argument is wrong; the message names the key."""
+
+
+@dataclass
+class Run:
+    name: str
+    method: str
+    task: str
+    seed: int
+    overrides: list[str]  # key=value, values as JSON
+    label: str  # the task setting and grid point, for the summary table
+
+
+def suite_path(name: str) -> Path:
+    """A shipped suite by name, or a YAML file path."""
+    candidate = Path(name)
+    if candidate.suffix in (".yaml", ".yml") or candidate.exists():
+        if not candidate.is_file():
+            raise SuiteError(f"--suite: {name} does not exist")
+        return candidate
+    shipped = resources.files("creditbench.harness") / "suites" / f"{name}.yaml"
+    if not shipped.is_file():
+        known = sorted(
+            p.name[:-5]
+            for p in (resources.files("creditbench.harness") / "suites").iterdir()
+            if p.name.endswith(".yaml")
+        )
+        raise SuiteError(f"--suite: unknown suite {name!r}; known: {', '.join(known)}")
+    return Path(str(shipped))
+
+
+def load_suite(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise SuiteError(f"{where}: invalid YAML") from None
+    if not isinstance(data, dict):
+        raise SuiteError(f"{path}: a suite is a mapping")
+    for key in data:
+        if key not in SUITE_KEYS:
+            raise SuiteError(f"{path}: unknown key {key!r}; known: {', '.join(SUITE_KEYS)}")
+    return data
+
+
+def _sweep(mapping: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every combination of a mapping whose list values are swept."""
+    keys = list(mapping)
+    values = [v if isinstance(v, list) else [v] for v in mapping.values()]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def _slug(mapping: dict[str, Any]) -> str:
+    parts = [f"{k.split('.')[-1]}={v}" for k, v in mapping.items()]
+    return re.sub(r"[^A-Za-z0-9._+=-]", "", "-".join(parts))
+
+
+def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> list[Run]:
+    """The runs of a suite, in a fixed order."""
+    from creditbench.methods.registry import list_methods
+
+    registry = list_methods()
+    methods = suite.get("methods", "all")
+    if methods == "all":
+        methods = [n for n, cls in registry.items() if not cls.reference]
+    references = suite.get("references") or []
+    if references == "all":
+        references = [n for n, cls in registry.items() if cls.reference]
+    if not isinstance(methods, list) or not isinstance(references, list):
+        raise SuiteError(f"{path}: methods and references are 'all' or a list of names")
+    for name in [*methods, *references]:
+        if name not in registry:
+            raise SuiteError(
+                f"{path}: methods: unknown method {name!r}; known: {', '.join(registry)}"
+            )
+    seeds = suite.get("seeds", [0])
+    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
+        raise SuiteError(f"{path}: seeds: a list of integers")
+    tasks = suite.get("tasks") or [{"name": "chain"}]
+    fixed = dict(suite.get("settings") or {})
+    budget = suite.get("budget") or {}
+    fixed.update({f"budget.{k}": v for k, v in budget.items()})
+    grid = _sweep(dict(suite.get("grid") or {}))
+    runs = []
+    for task in tasks:
+        if not isinstance(task, dict) or "name" not in task:
+            raise SuiteError(f"{path}: tasks: each entry needs a name")
+        for options in _sweep(dict(task.get("options") or {})):
+            for point in grid:
+                label = "-".join(x for x in (task["name"], _slug(options), _slug(point)) if x)
+                for method in [*methods, *references]:
+                    for seed in seeds:
+                        settings = {**fixed, **point, "task_options": options}
+                        overrides = [f"{k}={json.dumps(v)}" for k, v in settings.items()]
+                        runs.append(
+                            Run(
+                                name=f"{label}-{method}-s{seed}",
+                                method=method,
+                                task=task["name"],
+                                seed=seed,
+                                overrides=[*overrides, *extra],
+                                label=label,
+                            )
+                        )
+    return runs
+
+
+def run_config(run: Run, results: Path):
+    from .config import load_config
+
+    base = [f"method={run.method}", f"task={run.task}", f"seed={run.seed}"]
+    base += [f"output_dir={json.dumps(str(results))}", f"run_name={run.name}"]
+    return load_config(None, [*base, *run.overrides])
+
+
+def default_workers() -> tuple[int, int]:
+    """(workers, threads per worker): one single-threaded worker per core on a CPU."""
+    cores = os.cpu_count() or 1
+    return cores, 1
+
+
+def _progress_of(run_dir: Path) -> float:
+    """The budget fraction of the last metrics record of a run (0 when none)."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 0.0
+    for line in reversed(lines):
+        try:
+            fraction = json.loads(line).get("budget_fraction")
+        except ValueError:
+            continue
+        if fraction is not None:
+            return min(float(fraction), 1.0)
+    return 0.0
+
+
+def run_suite(
+    suite: str,
+    *,
+    workers: int | None = None,
+    results: str | None = None,
+    dry_run: bool = False,
+    overrides: list[str] = (),
+) -> int:
+    """Run every run of a suite; print a summary table and render the leaderboard."""
+    from tqdm.auto import tqdm
+
+    from .config import ConfigError
+    from .rundir import RunDir
+    from .trainer import Trainer
+
+    path = suite_path(suite)
+    runs = expand_suite(load_suite(path), path, list(overrides))
+    results_dir = Path(results or f"runs/bench-{path.stem}")
+    if workers is not None and workers < 1:
+        raise SuiteError(f"--workers: must be >= 1 (got {workers})")
+    cores = os.cpu_count() or 1
+    workers = workers or default_workers()[0]
+    threads = max(1, cores // workers)
+    trainers = {}
+    for run in runs:
+        try:
+            trainers[run.name] = Trainer(run_config(run, results_dir))
+        except ConfigError as err:
+            raise SuiteError(f"{path}: run {run.name}: {err}") from None
+    pending = [r for r in runs if not RunDir(results_dir / r.name).is_finished()]
+    print(
+        f"suite {path.stem}: {len(runs)} runs, {len(runs) - len(pending)} finished, "
+        f"{len(pending)} to run on {workers} workers x {threads} threads -> {results_dir}"
+    )
+    if dry_run:
+        for run in runs:
+            state = (
+                "done"
+                if run not in pending
+                else ("resume" if (results_dir / run.name / "config.yaml").exists() else "new")
+            )
+            print(f"  [{state:>6}] {run.name}")
+        return 0
+    _prepare_base_policies([trainers[r.name] for r in pending])
+    failed = _run_workers(pending, results_dir, workers, threads, len(runs) - len(pending), tqdm)
+    _print_table(runs, results_dir)
+    if failed:
+        print(
+            f"{len(failed)} runs failed; logs: "
+            + ", ".join(str(results_dir / "logs" / f"{n}.log") for n in failed)
+        )
+    try:
+        from creditbench import leaderboard
+    except ImportError:
+        leaderboard = None
+    render = getattr(leaderboard, "render", None)
+    if render is not None:
+        render(results_dir)
+    return 1 if failed else 0
+
+
+def _prepare_base_policies(trainers) -> None:
+    """Build every distinct base policy once, here, before the workers need it."""
+    from .bootstrap import ensure_base_policy
+
+    seen = set()
+    for trainer in trainers:
+        cfg = trainer.config
+        if cfg.model.path is not None:
+            continue
+        key = json.dumps(
+            [cfg.task, cfg.task_options, cfg.model.preset, cfg.bootstrap_options], sort_keys=True
+        )
+        if key not in seen:
+            seen.add(key)
+            ensure_base_policy(cfg.task, cfg.task_options, cfg)
+
+
+def _run_workers(
+    pending: list[Run], results_dir: Path, workers: int, threads: int, done: int, tqdm
+):
+    logs = results_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    queue = list(pending)
+    running: dict[str, tuple[subprocess.Popen, Any]] = {}
+    failed: list[str] = []
+    finished = done
+    bar = tqdm(
+        total=done + len(pending),
+        initial=done,
+        unit="run",
+        desc="bench",
+        bar_format="{l_bar}{bar}| {n:.2f}/{total} runs [{elapsed}<{remaining}]",
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    try:
+        while queue or running:
+            while queue and len(running) < workers:
+                run = queue.pop(0)
+                log = open(logs / f"{run.name}.log", "ab")
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "creditbench.harness.cli",
+                    "train",
+                    "--quiet",
+                    "--threads",
+                    str(threads),
+                    "--method",
+                    run.method,
+                    "--task",
+                    run.task,
+                    "--seed",
+                    str(run.seed),
+                    "--output",
+                    str(results_dir),
+                    "--name",
+                    run.name,
+                ]
+                for item in run.overrides:
+                    cmd += ["--set", item]
+                running[run.name] = (
+                    subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env),
+                    log,
+                )
+            time.sleep(1.0)
+            for name, (proc, log) in list(running.items()):
+                if proc.poll() is not None:
+                    log.close()
+                    del running[name]
+                    finished += 1
+                    if proc.returncode != 0:
+                        failed.append(name)
+            partial = sum(_progress_of(results_dir / name) for name in running)
+            bar.n = finished + partial
+            bar.refresh()
+    finally:
+        for proc, log in running.values():
+            proc.terminate()
+            log.close()
+        bar.close()
+    return failed
+
+
+def _print_table(runs: list[Run], results_dir: Path) -> None:
+    from .rundir import RunDir
+
+    rows: dict[tuple[str, str], list[dict]] = {}
+    for run in runs:
+        summary = RunDir(results_dir / run.name).read_summary()
+        if summary is not None:
+            rows.setdefault((run.label, run.method), []).append(summary)
+    if not rows:
+        return
+    print(f"\n{'setting':<24} {'method':<16} {'seeds':>5} {'initial':>8} {'final':>8} {'auc':>8}")
+    for (label, method), summaries in rows.items():
+
+        def mean(values):
+            values = [v for v in values if v is not None]
+            return sum(values) / len(values) if values else float("nan")
+
+        def acc(s, which):
+            return s.get(which, {}).get("sampled_accuracy", s.get(which, {}).get("greedy_accuracy"))
+
+        initial = mean([acc(s, "initial_eval") for s in summaries])
+        final = mean([acc(s, "final_eval") for s in summaries])
+        auc = mean([s.get("auc", {}).get("sampled_accuracy") for s in summaries])
+        counts = f"{len(summaries):>5} {initial:>8.3f} {final:>8.3f} {auc:>8.3f}"
+        print(f"{label:<24} {method:<16} {counts}")

@@ -1,0 +1,77 @@
+"""Evaluation on a task's eval split: greedy accuracy and mean accuracy over k samples.
+
+Evaluation is never charged to the budget. Its sampler seed is fixed per run, so every
+evaluation of a run draws with the same random numbers and the curve moves only with the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .rollout import derive_seed, sample_responses
+
+
+def evaluate(
+    model,
+    tokenizer,
+    task,
+    *,
+    n_problems: int,
+    k_samples: int,
+    greedy: bool,
+    temperature: float,
+    batch_size: int,
+    max_new_tokens: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Accuracy of ``model`` on the first ``n_problems`` problems of the eval split.
+
+    Returns:
+        ``greedy_accuracy`` (when ``greedy``), ``sampled_accuracy`` (mean over ``k_samples``
+        responses per problem at ``temperature``, when ``k_samples > 0``), ``pass_at_k``,
+        ``mean_length`` (tokens per sampled response) and ``n_problems``.
+    """
+    problems = list(task.problems("eval"))[:n_problems]
+    prompts = [p.prompt for p in problems]
+    result: dict[str, Any] = {"n_problems": len(problems)}
+    was_training = model.training
+    model.eval()
+    try:
+        if greedy:
+            samples = sample_responses(
+                model,
+                tokenizer,
+                prompts,
+                n=1,
+                max_new_tokens=max_new_tokens,
+                temperature=0.0,
+                seed=0,
+                batch_size=batch_size,
+            )
+            rewards = [
+                task.grade(p, t).reward for p, t in zip(problems, samples.texts, strict=True)
+            ]
+            result["greedy_accuracy"] = sum(r > 0.5 for r in rewards) / max(len(rewards), 1)
+        if k_samples > 0:
+            samples = sample_responses(
+                model,
+                tokenizer,
+                prompts,
+                n=k_samples,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                seed=derive_seed(seed, "eval"),
+                batch_size=max(1, batch_size // k_samples),
+            )
+            rows = [problems[i] for i in samples.prompt_index.tolist()]
+            correct = torch.tensor(
+                [task.grade(p, t).reward > 0.5 for p, t in zip(rows, samples.texts, strict=True)]
+            ).view(len(problems), k_samples)
+            result["sampled_accuracy"] = float(correct.float().mean())
+            result["pass_at_k"] = float(correct.any(-1).float().mean())
+            result["mean_length"] = float(samples.response_mask.sum(-1).mean())
+    finally:
+        model.train(was_training)
+    return result

@@ -1,0 +1,395 @@
+"""Rollouts: sample G responses per prompt and compute their token log-probabilities.
+
+Two passes make a rollout:
+
+1. **Sampling** with transformers ``generate`` (or vLLM, :class:`VLLMBackend`), left-padded prompts,
+   a seeded generator, no top-k, the run's temperature and top-p.
+2. **Scoring** by a teacher-forced forward pass, :func:`score_responses`. The behaviour
+   log-probabilities stored in the batch come from this pass, not from the sampler's scores: the
+   trainer computes the policy's log-probabilities with :func:`token_logprobs_and_entropy`, which
+   runs exactly the same code on the same padded layout, so at the first PPO epoch the importance
+   ratio is 1 to the last bit (KV-cached decoding differs from a full forward pass in rounding).
+
+The log-probabilities are those of the tempered policy ``softmax(logits / temperature)`` that did
+the sampling (verl's convention); top-p truncation is not reflected in them.
+
+Layout: prompts are left-padded ``[B, P]``, responses right-padded ``[B, T]``; the model sees
+``cat(prompt, response)`` with position ids counted from each prompt's first real token, which is
+what ``generate`` does. A response's mask covers its tokens up to and including the first EOS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+VLLM_MISSING = (
+    "the vllm rollout backend needs the vllm package: pip install 'creditbench[vllm]' "
+    "(a CUDA machine is required)"
+)
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed that depends only on ``parts`` (for example ``(run_seed, "rollout", step)``).
+
+    Seeding every random phase from its own coordinates, rather than from one global stream,
+    is what lets a resumed run sample exactly what an uninterrupted run samples.
+    """
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run a block under ``torch.manual_seed(seed)`` and restore the global RNG afterwards."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def autocast_for(device: torch.device | str) -> contextlib.AbstractContextManager:
+    """bf16 autocast on a GPU, nothing (fp32) on a CPU."""
+    if torch.device(device).type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+# --------------------------------------------------------------------------------------------
+# Padded layout
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Samples:
+    """Sampled responses in the padded layout of :class:`methods.core.RolloutBatch`.
+
+    Attributes:
+        prompt_ids, prompt_mask: ``[B, P]`` left-padded.
+        response_ids, response_mask: ``[B, T]`` right-padded; the mask runs through the EOS.
+        truncated: ``[B]`` bool, no EOS within the token limit.
+        prompt_index: ``[B]`` long, which input prompt each row answers (rows are grouped:
+            ``n`` consecutive rows per prompt).
+        new_tokens: ``[B]`` long, tokens the sampler generated (a prefix is not counted).
+        texts: the decoded responses, special tokens and prefix included, EOS excluded.
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    response_ids: Tensor
+    response_mask: Tensor
+    truncated: Tensor
+    prompt_index: Tensor
+    new_tokens: Tensor
+    texts: list[str]
+
+
+def pad_layout(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Left-pad the prompts and right-pad the responses (lists of token ids) into tensors."""
+    width_p = max((len(p) for p in prompts), default=0)
+    width_r = max((len(r) for r in responses), default=0)
+    count = len(prompts)
+    prompt_ids = torch.full((count, width_p), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((count, width_p))
+    response_ids = torch.full((count, max(width_r, 1)), pad_id, dtype=torch.long)
+    response_mask = torch.zeros((count, max(width_r, 1)))
+    for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+        if prompt:
+            prompt_ids[row, width_p - len(prompt) :] = torch.tensor(list(prompt))
+            prompt_mask[row, width_p - len(prompt) :] = 1.0
+        if response:
+            response_ids[row, : len(response)] = torch.tensor(list(response))
+            response_mask[row, : len(response)] = 1.0
+    return prompt_ids, prompt_mask, response_ids, response_mask
+
+
+def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text, without special tokens (the task's prompts carry their own)."""
+    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+
+def cut_at_eos(tokens: Sequence[int], eos_id: int, pad_id: int) -> tuple[list[int], bool]:
+    """The tokens up to and including the first EOS, and whether the response was truncated."""
+    out: list[int] = []
+    for token in tokens:
+        out.append(int(token))
+        if token == eos_id:
+            return out, False
+    return out, True
+
+
+def decode_responses(tokenizer, response_ids: Tensor, response_lengths: Tensor) -> list[str]:
+    """The text of each response, without its EOS or padding."""
+    eos = tokenizer.eos_token_id
+    texts = []
+    for row, length in zip(response_ids.tolist(), response_lengths.tolist(), strict=True):
+        tokens = row[: int(length)]
+        if tokens and tokens[-1] == eos:
+            tokens = tokens[:-1]
+        texts.append(tokenizer.decode(tokens, skip_special_tokens=True))
+    return texts
+
+
+# --------------------------------------------------------------------------------------------
+# Sampling with transformers
+# --------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def sample_responses(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    seed: int,
+    prefixes: Sequence[Sequence[int]] | None = None,
+    batch_size: int | None = None,
+) -> Samples:
+    """Sample ``n`` responses to each prompt with ``model.generate``.
+
+    Args:
+        prompts: prompt texts.
+        n: responses per prompt (rows ``i*n .. i*n+n-1`` answer prompt ``i``).
+        temperature: 0 means greedy decoding.
+        seed: the sampler's seed; the same seed gives the same responses.
+        prefixes: optional token ids per prompt that every response starts with (a reset
+            state inside an earlier response); they belong to the response, not the prompt.
+        batch_size: prompts per ``generate`` call (all of them when None).
+
+    Returns:
+        :class:`Samples`; its ``new_tokens`` are what the budget meter charges.
+    """
+    pad_id = tokenizer.pad_token_id
+    eos_id = tokenizer.eos_token_id
+    prompt_tokens = encode(tokenizer, prompts)
+    prefix_tokens = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in prompts]
+    device = next(model.parameters()).device
+    per_call = batch_size or max(len(prompts), 1)
+    rows_prompt: list[list[int]] = []
+    rows_response: list[list[int]] = []
+    rows_truncated: list[bool] = []
+    rows_new: list[int] = []
+    for start in range(0, len(prompts), per_call):
+        chunk = range(start, min(start + per_call, len(prompts)))
+        contexts = [prompt_tokens[i] + prefix_tokens[i] for i in chunk for _ in range(n)]
+        ids, mask, _, _ = pad_layout(contexts, [[] for _ in contexts], pad_id)
+        position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        options = dict(
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad_id,
+            eos_token_id=eos_id,
+            num_beams=1,
+        )
+        if temperature > 0:
+            options.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+        else:
+            options.update(do_sample=False, temperature=None, top_p=None)
+        with seeded(derive_seed(seed, start)), autocast_for(device):
+            out = model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                position_ids=position_ids.to(device),
+                **options,
+            )
+        generated = out[:, ids.shape[1] :].cpu().tolist()
+        for j, tokens in enumerate(generated):
+            i = start + j // n
+            kept, truncated = cut_at_eos(tokens, eos_id, pad_id)
+            rows_prompt.append(prompt_tokens[i])
+            rows_response.append(prefix_tokens[i] + kept)
+            rows_truncated.append(truncated)
+            rows_new.append(len(kept))
+    prompt_ids, prompt_mask, response_ids, response_mask = pad_layout(
+        rows_prompt, rows_response, pad_id
+    )
+    lengths = response_mask.sum(-1).long()
+    return Samples(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=response_ids,
+        response_mask=response_mask,
+        truncated=torch.tensor(rows_truncated, dtype=torch.bool),
+        prompt_index=torch.arange(len(prompts)).repeat_interleave(n),
+        new_tokens=torch.tensor(rows_new, dtype=torch.long),
+        texts=decode_responses(tokenizer, response_ids, lengths),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Teacher-forced log-probabilities
+# --------------------------------------------------------------------------------------------
+
+
+def _response_logits(
+    model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor
+) -> Tensor:
+    """Logits ``[b, T, V]`` that predict each response token, in fp32."""
+    device = next(model.parameters()).device
+    width = response_ids.shape[1]
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1).to(device)
+    # Right padding after a response is never attended to by a real token: keep it visible.
+    attention = torch.cat([prompt_mask, torch.ones_like(response_ids, dtype=prompt_mask.dtype)], 1)
+    attention = attention.to(device)
+    position_ids = (attention.long().cumsum(-1) - 1).clamp(min=0)
+    with autocast_for(device):
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=position_ids,
+            logits_to_keep=width + 1,
+            use_cache=False,
+        )
+    return out.logits[:, :-1, :].float()
+
+
+def _gather_logprobs(logits: Tensor, response_ids: Tensor, temperature: float) -> Tensor:
+    scaled = logits / temperature if temperature > 0 else logits
+    logprobs = torch.log_softmax(scaled, dim=-1)
+    return logprobs.gather(-1, response_ids.to(logits.device).unsqueeze(-1)).squeeze(-1)
+
+
+def token_logprobs_and_entropy(
+    model,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """The training pass: log-probs ``[b, T]`` with gradient, and entropies ``[b, T]`` without.
+
+    Both are zero where ``response_mask`` is 0. Entropy is of the tempered distribution.
+    """
+    logits = _response_logits(model, prompt_ids, prompt_mask, response_ids)
+    mask = response_mask.to(logits.device)
+    logprobs = _gather_logprobs(logits, response_ids, temperature) * mask
+    with torch.no_grad():
+        scaled = logits.detach() / temperature if temperature > 0 else logits.detach()
+        log_p = torch.log_softmax(scaled, dim=-1)
+        entropy = -(log_p.exp() * log_p).sum(-1) * mask
+    return logprobs.cpu(), entropy.cpu()
+
+
+@torch.no_grad()
+def score_responses(
+    model,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    *,
+    micro_batch_size: int,
+    temperature: float = 1.0,
+) -> Tensor:
+    """Teacher-forced log-probs ``[B, T]`` of fixed responses, batched, without gradient.
+
+    The behaviour log-probs, the reference model's, and a method's extra passes (responses
+    under other prompts, or under a frozen teacher) all come from here. Rows are scored in
+    micro-batches of the full padded width, the layout the training pass uses.
+    """
+    parts = []
+    for start in range(0, response_ids.shape[0], micro_batch_size):
+        rows = slice(start, start + micro_batch_size)
+        logits = _response_logits(model, prompt_ids[rows], prompt_mask[rows], response_ids[rows])
+        logprobs = _gather_logprobs(logits, response_ids[rows], temperature)
+        parts.append((logprobs * response_mask[rows].to(logits.device)).cpu())
+    if not parts:
+        return torch.zeros_like(response_mask)
+    return torch.cat(parts, dim=0)
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM backend (optional; GPU only)
+# --------------------------------------------------------------------------------------------
+
+
+class VLLMBackend:
+    """Sampling with vLLM; scoring stays with :func:`score_responses` on the training model.
+
+    ``model_path`` is a Hugging Face directory; after every optimizer step the trainer pushes
+    the policy's weights with :meth:`load_weights`. vLLM's own sampler log-probs are returned as
+    ``sampler_logprobs`` for diagnostics only: the batch's behaviour log-probs are recomputed
+    teacher-forced, so the first-epoch ratio is still exactly 1.
+    """
+
+    def __init__(self, model_path: str, tokenizer, *, dtype: str = "bfloat16", seed: int = 0):
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ImportError(VLLM_MISSING) from exc
+        self._vllm = vllm
+        self.tokenizer = tokenizer
+        self.llm = vllm.LLM(
+            model=str(model_path), dtype=dtype, seed=seed, enable_prefix_caching=True
+        )
+
+    def load_weights(self, model) -> None:
+        """Copy the training model's current weights into the vLLM engine."""
+        weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
+        self.llm.apply_model(lambda engine_model: engine_model.load_weights(weights))
+
+    def sample(
+        self,
+        prompts: Sequence[str],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        seed: int,
+        prefixes: Sequence[Sequence[int]] | None = None,
+    ) -> Samples:
+        """Same contract as :func:`sample_responses`."""
+        tokenizer = self.tokenizer
+        prompt_tokens = encode(tokenizer, prompts)
+        prefix_tokens = (
+            [list(p) for p in prefixes] if prefixes is not None else [[] for _ in prompts]
+        )
+        params = self._vllm.SamplingParams(
+            n=n,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_new_tokens,
+            logprobs=0,
+            seed=seed,
+        )
+        requests = [
+            {"prompt_token_ids": p + q} for p, q in zip(prompt_tokens, prefix_tokens, strict=True)
+        ]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        rows_prompt, rows_response, rows_truncated, rows_new = [], [], [], []
+        for i, request_output in enumerate(outputs):
+            for completion in request_output.outputs:
+                kept, truncated = cut_at_eos(
+                    completion.token_ids, tokenizer.eos_token_id, tokenizer.pad_token_id
+                )
+                rows_prompt.append(prompt_tokens[i])
+                rows_response.append(prefix_tokens[i] + kept)
+                rows_truncated.append(truncated)
+                rows_new.append(len(kept))
+        prompt_ids, prompt_mask, response_ids, response_mask = pad_layout(
+            rows_prompt, rows_response, tokenizer.pad_token_id
+        )
+        lengths = response_mask.sum(-1).long()
+        return Samples(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=response_ids,
+            response_mask=response_mask,
+            truncated=torch.tensor(rows_truncated, dtype=torch.bool),
+            prompt_index=torch.arange(len(prompts)).repeat_interleave(n),
+            new_tokens=torch.tensor(rows_new, dtype=torch.long),
+            texts=decode_responses(tokenizer, response_ids, lengths),
+        )

@@ -1,0 +1,75 @@
+"""``creditbench bench``: suite expansion, parallel workers, skipping finished runs."""
+
+from __future__ import annotations
+
+import pytest
+from creditbench.harness.bench import SuiteError, expand_suite, load_suite, suite_path
+from creditbench.harness.cli import main
+from creditbench.harness.rundir import RunDir
+from creditbench.methods.registry import list_methods
+
+
+def test_shipped_suites_expand_to_every_method():
+    quick = suite_path("quick")
+    runs = expand_suite(load_suite(quick), quick)
+    registered = list_methods()
+    expected = {n for n, cls in registered.items() if not cls.reference} | {"oracle"}
+    assert {r.method for r in runs} == expected
+    assert len({r.name for r in runs}) == len(runs)
+
+    standard = suite_path("standard")
+    runs = expand_suite(load_suite(standard), standard)
+    assert {r.method for r in runs} == set(registered)
+    assert {r.seed for r in runs} == {0, 1, 2, 3, 4}
+    assert len({r.label for r in runs}) >= 3  # chain lengths are swept
+
+
+def test_suite_errors_name_the_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("methods: [grpo, no-such-method]\n")
+    with pytest.raises(SuiteError, match="no-such-method"):
+        expand_suite(load_suite(bad), bad)
+    bad.write_text("method: [grpo]\n")
+    with pytest.raises(SuiteError, match="unknown key 'method'"):
+        load_suite(bad)
+    assert main(["bench", "--suite", "no-such-suite", "--dry-run"]) == 2
+
+
+@pytest.mark.slow
+def test_bench_runs_workers_and_skips_finished_runs(tmp_path, capsys):
+    from creditbench.harness.bootstrap import task_alphabet
+    from creditbench.harness.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.tasks import get_task
+
+    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
+    policy = save_policy(build_model("nano", tokenizer, seed=0), tokenizer, tmp_path / "nano")
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(
+        f"""
+methods: [grpo]
+seeds: [0, 1]
+tasks:
+  - name: chain
+    options: {{steps: 2, train_size: 32, eval_size: 4}}
+settings:
+  model.path: {str(policy)!r}
+  rollout.prompts_per_step: 2
+  rollout.group_size: 2
+  rollout.max_new_tokens: 8
+  eval.n_problems: 2
+  eval.k_samples: 1
+budget: {{unit: steps, amount: 2}}
+"""
+    )
+    results = tmp_path / "results"
+    assert main(["bench", "--suite", str(suite), "--workers", "2", "--results", str(results)]) == 0
+    names = [
+        "chain-steps=2-train_size=32-eval_size=4-grpo-s0",
+        "chain-steps=2-train_size=32-eval_size=4-grpo-s1",
+    ]
+    for name in names:
+        assert RunDir(results / name).read_summary()["steps"] == 2
+    out = capsys.readouterr().out
+    assert "grpo" in out.split("setting")[-1]  # the summary table
+    assert main(["bench", "--suite", str(suite), "--results", str(results), "--dry-run"]) == 0
+    assert capsys.readouterr().out.count("[  done]") == 2

@@ -1,0 +1,272 @@
+"""The training loop: determinism, kill-and-resume equivalence, guards, budget charging, the
+on-policy ratio, and CLI errors.
+
+Runs use the chain task with 2-step problems and a randomly initialised "nano" model saved to a
+temporary folder, so no base policy is trained. A random model earns no reward, so GRPO would
+never move it; the runs here use a test method whose token advantages come from the token ids,
+so every step changes the weights and a resume that went wrong would show.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from creditbench.harness.cli import main
+from creditbench.harness.config import load_config
+from creditbench.harness.rundir import RunDir
+from creditbench.harness.trainer import NonFiniteError, Trainer
+from creditbench.methods.base import CreditMethod
+from creditbench.methods.registry import _REGISTRY, register_method
+
+TOKEN_METHOD = "test-token-credit"
+NAN_METHOD = "test-nan-at-step-3"
+TASK = "task_options={steps: 2, train_size: 64, eval_size: 8}"
+
+
+class TokenCredit(CreditMethod):
+    """Advantages that depend on the token ids only: nonzero whatever the reward."""
+
+    summary = "test only"
+
+    def advantages(self, batch, services=None):
+        delay = float(os.environ.get("CREDITBENCH_TEST_STEP_SLEEP", "0"))
+        if delay:
+            time.sleep(delay)  # gives a test time to kill the process mid-run
+        return ((batch.response_ids % 5).float() - 2.0) / 2.0 * batch.response_mask
+
+
+class NaNAtStep3(TokenCredit):
+    """Fine for two steps, then a NaN advantage."""
+
+    def advantages(self, batch, services=None):
+        advantages = super().advantages(batch, services)
+        if services is not None and services.step == 2:  # the third step (0-based)
+            advantages[0, 0] = float("nan")
+        return advantages
+
+
+def register_test_methods() -> None:
+    register_method(TOKEN_METHOD)(TokenCredit)
+    register_method(NAN_METHOD)(NaNAtStep3)
+
+
+@pytest.fixture
+def test_methods():
+    register_test_methods()
+    yield
+    _REGISTRY.pop(TOKEN_METHOD, None)
+    _REGISTRY.pop(NAN_METHOD, None)
+
+
+@pytest.fixture(scope="module")
+def nano_policy(tmp_path_factory) -> Path:
+    from creditbench.harness.bootstrap import task_alphabet
+    from creditbench.harness.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.tasks import get_task
+
+    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
+    path = tmp_path_factory.mktemp("policy") / "nano"
+    return save_policy(build_model("nano", tokenizer, seed=0), tokenizer, path)
+
+
+def overrides(policy: Path, *extra: str) -> list[str]:
+    return [
+        TASK,
+        f"model.path={policy}",
+        "rollout.prompts_per_step=3",
+        "rollout.group_size=3",
+        "rollout.max_new_tokens=12",
+        "train.lr=3e-3",
+        "budget.unit=steps",
+        "budget.amount=5",
+        "budget.eval_fractions=[0.0, 0.6, 1.0]",
+        "eval.n_problems=4",
+        "eval.k_samples=2",
+        "checkpoint_every=2",
+        *extra,
+    ]
+
+
+def run(policy: Path, run_dir: Path, method: str = TOKEN_METHOD, *extra: str) -> dict:
+    config = load_config(None, [f"method={method}", *overrides(policy, *extra)])
+    return Trainer(config, run_dir).train()
+
+
+def without_time(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "time"} for r in records]
+
+
+def test_same_config_and_seed_give_identical_metrics(test_methods, nano_policy, tmp_path):
+    first = run(nano_policy, tmp_path / "a")
+    second = run(nano_policy, tmp_path / "b")
+    metrics_a = without_time(RunDir(tmp_path / "a").read_metrics())
+    metrics_b = without_time(RunDir(tmp_path / "b").read_metrics())
+    assert metrics_a == metrics_b
+    assert [r["step"] for r in metrics_a if "eval" not in r] == [1, 2, 3, 4, 5]
+    assert {k: v for k, v in first.items() if k != "time"} == {
+        k: v for k, v in second.items() if k != "time"
+    }
+    # the weights did move, so the equality above is not trivial
+    assert all(r["grad_norm"] > 0 for r in metrics_a if "grad_norm" in r)
+    third = run(nano_policy, tmp_path / "c", TOKEN_METHOD, "seed=1")
+    assert without_time(RunDir(tmp_path / "c").read_metrics()) != metrics_a
+    assert third["steps"] == 5
+
+
+def test_finished_run_is_not_rerun(test_methods, nano_policy, tmp_path):
+    summary = run(nano_policy, tmp_path / "a")
+    before = (tmp_path / "a" / "metrics.jsonl").read_bytes()
+    again = run(nano_policy, tmp_path / "a")
+    assert again == summary
+    assert (tmp_path / "a" / "metrics.jsonl").read_bytes() == before
+
+
+DRIVER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    import torch
+    torch.set_num_threads(1)
+    from test_trainer import register_test_methods
+    register_test_methods()
+    from creditbench.harness.cli import main
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+def test_kill_and_resume_matches_an_uninterrupted_run(test_methods, nano_policy, tmp_path):
+    extra = ("budget.amount=8", "checkpoint_every=2", "eval.k_samples=0")
+    reference = run(nano_policy, tmp_path / "reference", TOKEN_METHOD, *extra)
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER.format(tests=str(Path(__file__).parent)))
+    killed = tmp_path / "killed"
+    args = ["train", "--quiet", "--threads", "1", "--method", TOKEN_METHOD]
+    args += ["--output", str(tmp_path), "--name", "killed"]
+    for item in overrides(nano_policy, *extra):
+        args += ["--set", item]
+    env = {**os.environ, "CREDITBENCH_TEST_STEP_SLEEP": "0.3"}
+    proc = subprocess.Popen([sys.executable, str(driver), *args], env=env)
+    deadline = time.monotonic() + 120
+    while RunDir(killed).latest_checkpoint() is None:
+        assert proc.poll() is None, "the training process ended before its first checkpoint"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not RunDir(killed).is_finished()
+
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            str(driver),
+            "train",
+            "--quiet",
+            "--threads",
+            "1",
+            "--resume",
+            str(killed),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert without_time(RunDir(killed).read_metrics()) == without_time(
+        RunDir(tmp_path / "reference").read_metrics()
+    )
+    summary = RunDir(killed).read_summary()
+    assert {k: v for k, v in summary.items() if k not in ("time", "run_name")} == {
+        k: v for k, v in reference.items() if k not in ("time", "run_name")
+    }
+
+
+def test_non_finite_advantages_stop_the_run_before_any_checkpoint(
+    test_methods, nano_policy, tmp_path
+):
+    with pytest.raises(NonFiniteError, match=rf"{NAN_METHOD}.*advantage"):
+        run(nano_policy, tmp_path / "nan", NAN_METHOD, "checkpoint_every=1")
+    run_dir = RunDir(tmp_path / "nan")
+    steps = sorted(int(p.name.split("-")[1]) for p in run_dir.checkpoints_path.iterdir())
+    assert steps and max(steps) == 2  # steps 1 and 2 were good; step 3 never reached a checkpoint
+    assert max(r["step"] for r in run_dir.read_metrics()) == 2
+    assert run_dir.read_summary()["status"] == "non-finite"
+
+
+class Recorder(TokenCredit):
+    """Keeps the batch of the step, for counting its tokens."""
+
+    batches: list = []
+
+    def rollout(self, services):
+        batch = super().rollout(services)
+        Recorder.batches.append(batch)
+        return batch
+
+
+def test_every_pass_of_a_step_is_charged(nano_policy, tmp_path):
+    config = load_config(
+        None,
+        ["method=grpo", *overrides(nano_policy, "train.ppo_epochs=2", "train.minibatches=3")]
+        + ["train.reference_model=true"],
+    )
+    trainer = Trainer(config, tmp_path / "charged")
+    trainer.method = Recorder()
+    Recorder.batches.clear()
+    trainer._build()
+    trainer._train_step()
+    (batch,) = Recorder.batches
+    meter = trainer.meter
+
+    prompt = batch.prompt_mask.sum(-1).long()
+    response = batch.response_mask.sum(-1).long()
+    total = prompt + response
+    # policy scoring + reference scoring, both over prompt + response
+    assert meter.forward_tokens == 2 * int(total.sum())
+    assert meter.generated_tokens == int(response.sum())
+    assert meter.trained_tokens == 2 * int(total.sum())  # two PPO epochs
+    assert meter.optimizer_steps == 2 * 3  # epochs x minibatches
+
+    n, layers, width = meter.non_embedding_params, meter.n_layers, meter.d_model
+    tri = [int(t) * (int(t) + 1) // 2 for t in total]
+    forward = sum(2 * n * int(t) + 2 * layers * width * c for t, c in zip(total, tri, strict=False))
+    generation = sum(
+        2 * n * (int(p) + int(g)) + 2 * layers * width * sum(range(1, int(p) + int(g) + 1))
+        for p, g in zip(prompt, response, strict=False)
+    )
+    assert meter.flops == 2 * forward + generation + 2 * 3 * forward
+
+
+def test_first_epoch_is_exactly_on_policy(test_methods, nano_policy, tmp_path):
+    run(nano_policy, tmp_path / "a", TOKEN_METHOD, "train.ppo_epochs=1", "train.micro_batch_size=4")
+    steps = [r for r in RunDir(tmp_path / "a").read_metrics() if "clip_frac" in r]
+    assert steps and all(r["approx_kl"] == 0.0 and r["clip_frac"] == 0.0 for r in steps)
+    # a second epoch is off-policy: the ratio moves away from 1 there
+    run(nano_policy, tmp_path / "b", TOKEN_METHOD, "train.ppo_epochs=3", "train.lr=3e-2")
+    later = [r for r in RunDir(tmp_path / "b").read_metrics() if "approx_kl" in r]
+    assert any(r["approx_kl"] != 0.0 for r in later)
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["train", "--method", "no-such-method"], "method"),
+        (["train", "--method", "grpo", "--set", "rollout.group_sise=4"], "group_sise"),
+        (["train", "--method", "grpo", "--set", "rollout.group_size=0"], "rollout.group_size"),
+        (["train", "--method", "grpo", "--task", "no-such-task"], "task"),
+        (["train", "--method", "grpo", "--set", "method_options.eps_low=2"], "eps_low"),
+    ],
+)
+def test_cli_user_errors_exit_2_naming_the_field(argv, field, tmp_path, capsys):
+    code = main([*argv, "--output", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert field in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()

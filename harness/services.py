@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
+
 from creditbench.methods.base import EXTRA_KEYS
 from creditbench.methods.core import RolloutBatch
-from torch import Tensor
 
 from .rollout import (
     Samples,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from creditbench.methods.base import EXTRA_KEYS
 from creditbench.methods.core import Normalizers, RolloutBatch, masked_mean
 from creditbench.methods.registry import get_method

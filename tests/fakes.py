@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from creditbench.methods.core import RolloutBatch
-from strategies import build_batch
 from torch import Tensor
+
+from creditbench.methods.core import RolloutBatch
+
+from strategies import build_batch
 
 
 @dataclass

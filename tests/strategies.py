@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from creditbench.methods.base import EXTRA_KEYS
-from creditbench.methods.core import RolloutBatch
 from hypothesis import strategies as st
 from torch import Tensor
+
+from creditbench.methods.base import EXTRA_KEYS
+from creditbench.methods.core import RolloutBatch
 
 VOCAB = 32
 PROMPT_WIDTH = 4

@@ -11,6 +11,10 @@ from dataclasses import replace
 
 import pytest
 import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from torch import Tensor
+
 from creditbench.methods.core import (
     RolloutBatch,
     concat_batches,
@@ -33,10 +37,8 @@ from creditbench.methods.reinforce_pp import (
     reinforce_pp_baseline_advantages,
 )
 from creditbench.methods.rloo import rloo_advantages
-from hypothesis import assume, given
-from hypothesis import strategies as st
+
 from strategies import build_batch
-from torch import Tensor
 
 dyadic = st.integers(-8, 8).map(lambda k: k / 4)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from creditbench.harness.bench import SuiteError, expand_suite, load_suite, suite_path
 from creditbench.harness.cli import main
 from creditbench.harness.rundir import RunDir

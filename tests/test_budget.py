@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from creditbench.harness.budget import BudgetMeter, count_non_embedding_params, crossed_fractions
 
 N, LAYERS, D = 1000, 3, 16

@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 import torch
+from torch import Tensor
+
 from creditbench.methods.core import (
     ClipConfig,
     Normalizers,
@@ -31,7 +33,6 @@ from creditbench.methods.core import (
 )
 from creditbench.methods.grpo import grpo_advantages
 from creditbench.methods.registry import get_method
-from torch import Tensor
 
 VOCAB = 5
 LossBuilder = Callable[[Tensor, RolloutBatch], Tensor]

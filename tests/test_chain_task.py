@@ -6,6 +6,9 @@ import random
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from creditbench.harness.tasks import get_task
 from creditbench.harness.tasks.base import PROMPT_VARIANTS
 from creditbench.harness.tasks.chain import (
@@ -18,8 +21,6 @@ from creditbench.harness.tasks.chain import (
 from creditbench.harness.tasks.chain_prompts import LOCALIZE_QUESTION
 from creditbench.harness.tasks.chain_traces import parse_plan
 from creditbench.harness.tasks.steps import spans_to_token_mask, step_extras, token_char_offsets
-from hypothesis import given
-from hypothesis import strategies as st
 
 TASK = ChainTask(ChainConfig(train_size=300, eval_size=60))
 EVAL = TASK.problems("eval")

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 import yaml
+
 from creditbench.harness.config import (
     BudgetConfig,
     ConfigError,

@@ -13,6 +13,10 @@ import sys
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import Tensor
+
 from creditbench.methods.base import EXTRA_KEYS, CreditMethod, LossConfig
 from creditbench.methods.core import Normalizers, RolloutBatch
 from creditbench.methods.registry import (
@@ -21,9 +25,8 @@ from creditbench.methods.registry import (
     list_methods,
     register_method,
 )
+
 from fakes import FakeServices
-from hypothesis import given
-from hypothesis import strategies as st
 from strategies import (
     pad_more,
     permute_groups,
@@ -31,7 +34,6 @@ from strategies import (
     perturb_group_rewards,
     rollout_batches,
 )
-from torch import Tensor
 
 METHODS = list_methods()
 NAMES = list(METHODS)

@@ -7,6 +7,10 @@ import math
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import Tensor
+
 from creditbench.methods.core import (
     AGG_MODES,
     ClipConfig,
@@ -19,9 +23,6 @@ from creditbench.methods.core import (
     kl_estimate,
     masked_whiten,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-from torch import Tensor
 
 seeds = st.integers(0, 2**31 - 1)
 small_floats = st.floats(-10, 10, allow_nan=False, width=32)

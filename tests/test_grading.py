@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+
 from creditbench.harness.grading import _Verifier, extract_answer, grade_math, last_boxed
 from creditbench.harness.tasks.base import Grade
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from creditbench.harness.grading import grade_math
 from creditbench.harness.tasks import UnknownTaskError, get_task, list_tasks
 from creditbench.harness.tasks.math_data import DataError, MissingPackageError, load_problems

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
 from creditbench.methods.core import group_normalized_scores
 from creditbench.methods.grpo import grpo_advantages
 from creditbench.methods.oracle import Oracle, OracleConfig, oracle_advantages
 from creditbench.methods.registry import get_method
-from hypothesis import given
-from hypothesis import strategies as st
+
 from strategies import build_batch, rollout_batches
 
 

@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 import torch
+
 from creditbench.harness.rundir import (
     MetricsLogger,
     RunDir,

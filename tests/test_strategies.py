@@ -4,10 +4,12 @@ other property tests are only as good as these."""
 from __future__ import annotations
 
 import torch
-from creditbench.methods.base import EXTRA_KEYS
-from creditbench.methods.core import RolloutBatch
 from hypothesis import given
 from hypothesis import strategies as st
+
+from creditbench.methods.base import EXTRA_KEYS
+from creditbench.methods.core import RolloutBatch
+
 from strategies import (
     pad_more,
     permute_groups,

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from creditbench.harness.cli import main
 from creditbench.harness.config import load_config
 from creditbench.harness.rundir import RunDir

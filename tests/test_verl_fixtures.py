@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from creditbench.methods.core import (
     AGG_MODES,
     ClipConfig,

@@ -7,8 +7,9 @@ text into a :class:`Grade`. The harness never parses task-specific formats itsel
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ _RUN_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]*")
 class ModelConfig:
     """The policy: a named preset of the embedded testbed, or a Hugging Face model directory."""
 
-    preset: str = "small"
+    preset: str = "tiny"
     path: str | None = None
     gguf_file: str | None = None
     dtype: str = "auto"

@@ -88,7 +88,7 @@ class RolloutConfig:
 
     prompts_per_step: int = 16
     group_size: int = 8
-    max_new_tokens: int = 96
+    max_new_tokens: int = 160
     temperature: float = 1.0
     top_p: float = 1.0
     backend: str = "hf"
@@ -111,7 +111,7 @@ class RolloutConfig:
 class TrainConfig:
     """The optimiser and the PPO-style update (``micro_batch_size`` 0: the whole mini-batch)."""
 
-    lr: float = 1e-4
+    lr: float = 2e-4
     weight_decay: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0

@@ -143,7 +143,7 @@ def add_bootstrap_commands(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="a task option (repeatable); the value is read as JSON, else as text",
     )
-    p.add_argument("--preset", help="model preset: nano, tiny, small (default) or base")
+    p.add_argument("--preset", help="model preset: nano, tiny (default), small or base")
     p.add_argument("--steps", type=int, help="SFT optimizer steps")
     p.add_argument("--batch-size", type=int, help="SFT examples per step")
     p.add_argument("--lr", type=float, help="peak learning rate")

@@ -1,0 +1,122 @@
+"""The PPO-style policy update: epochs x minibatches x micro-batches, AdamW, gradient clipping.
+
+Each minibatch is one optimizer step. Its loss is aggregated with the counts of the whole
+minibatch (:class:`methods.core.Normalizers`), so the gradients of its micro-batches add up to
+the gradient of the minibatch however it is split. Every training pass is charged to the
+budget meter; a non-finite loss or gradient stops the update before the optimizer steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from creditbench.methods.core import Normalizers, RolloutBatch
+
+from .rollout import token_logprobs_and_entropy
+
+
+class NonFiniteError(RuntimeError):
+    """A method produced a NaN or infinite advantage, loss or gradient; the step is discarded."""
+
+
+def check_finite(tensor: Tensor, what: str, method: str, step: int) -> None:
+    """Raise :class:`NonFiniteError` naming the method and the tensor if any entry is NaN/inf."""
+    bad = ~torch.isfinite(tensor.detach())
+    if bool(bad.any()):
+        raise NonFiniteError(
+            f"method {method!r} produced a non-finite {what} at step {step} "
+            f"({int(bad.sum())} of {tensor.numel()} entries are NaN or infinite); "
+            "the step was discarded and nothing was checkpointed"
+        )
+
+
+def ppo_update(
+    policy,
+    optimizer: torch.optim.Optimizer,
+    method,
+    batch: RolloutBatch,
+    advantages: Tensor,
+    *,
+    train,
+    micro_batch_size: int,
+    temperature: float,
+    meter,
+    lengths: Tensor,
+    seed: int,
+    step: int,
+    after_optimizer_step: Callable[[], None] | None = None,
+) -> dict[str, float]:
+    """Run ``train.ppo_epochs`` x ``train.minibatches`` optimizer steps on one batch.
+
+    Args:
+        train: the run's :class:`~creditbench.harness.config.TrainConfig`.
+        lengths: ``[B]`` prompt + response tokens of each row, what the meter charges.
+        seed: seeds the minibatch shuffle (epoch ``e`` uses ``seed + e``).
+        step: the step number, for diagnostics.
+
+    Returns:
+        Token-weighted means of the method's loss statistics (``clip_frac``, ``approx_kl``,
+        ...), the mean minibatch ``loss`` and ``grad_norm``, and the first epoch's ``entropy``
+        (and ``filler_entropy`` when the batch marks filler tokens).
+    """
+    name = method.name or type(method).__name__
+    params = [p for p in policy.parameters() if p.requires_grad]
+    totals: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    entropy_sum = filler_entropy_sum = filler_tokens = 0.0
+    grad_norms, losses = [], []
+    for epoch in range(train.ppo_epochs):
+        if train.minibatches > 1:
+            gen = torch.Generator().manual_seed(seed + epoch)
+            order = torch.randperm(batch.size, generator=gen)
+        else:
+            order = torch.arange(batch.size)
+        for minibatch in order.chunk(train.minibatches):
+            normalizers = Normalizers.of(batch.response_mask[minibatch])
+            minibatch_loss = 0.0
+            for rows in minibatch.split(micro_batch_size):
+                micro = batch.select(rows)
+                logprobs, entropy = token_logprobs_and_entropy(
+                    policy,
+                    micro.prompt_ids,
+                    micro.prompt_mask,
+                    micro.response_ids,
+                    micro.response_mask,
+                    temperature=temperature,
+                )
+                loss, stats = method.loss(logprobs, micro, advantages[rows], normalizers)
+                check_finite(loss, "loss", name, step)
+                loss.backward()
+                meter.charge_training(lengths[rows])
+                minibatch_loss += float(loss.detach())
+                tokens = float(micro.response_mask.sum())
+                for key, value in stats.items():
+                    if key != "pg_loss":
+                        totals[key] = totals.get(key, 0.0) + value * tokens
+                        weights[key] = weights.get(key, 0.0) + tokens
+                if epoch == 0:
+                    entropy_sum += float(entropy.sum())
+                    filler = (micro.extras or {}).get("filler_mask")
+                    if filler is not None:
+                        filler_entropy_sum += float((entropy * filler).sum())
+                        filler_tokens += float(filler.sum())
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, train.grad_clip or math.inf)
+            check_finite(grad_norm, "gradient", name, step)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            meter.charge_optimizer_step()
+            if after_optimizer_step is not None:
+                after_optimizer_step()
+            grad_norms.append(float(grad_norm))
+            losses.append(minibatch_loss)
+    out = {key: totals[key] / max(weights[key], 1.0) for key in totals}
+    out["loss"] = sum(losses) / len(losses)
+    out["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    out["entropy"] = entropy_sum / max(float(batch.response_mask.sum()), 1.0)
+    if filler_tokens > 0:
+        out["filler_entropy"] = filler_entropy_sum / filler_tokens
+    return out

@@ -65,6 +65,7 @@ PROMPT_VARIANTS = (
     "thinker",  # CCPO roles
     "solver",  # needs a hint
     "solo",
+    "solution_hint",  # prompt followed by a full correct solution (SDPO's sibling); needs a hint
 )
 
 

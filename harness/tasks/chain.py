@@ -33,6 +33,7 @@ from .chain_prompts import (
     parse_step_answer,
     render_prompt,
     repair_prompt,
+    solution_hint_prompt,
     suffix_tag,
     typo,
 )
@@ -291,7 +292,8 @@ class ChainTask:
 
         ``localize`` and ``repair`` need the ``response`` to judge; ``repair`` takes the correct
         reference as ``hint`` (default: the reference solution); ``solver`` needs the thinker's
-        ``hint``. Random choices (which rewrite, which typo) are fixed by the problem id.
+        ``hint``; ``solution_hint`` a correct solution as ``hint``. Random choices (which
+        rewrite, which typo) are fixed by the problem id.
         """
         if kind not in PROMPT_VARIANTS:
             raise ValueError(f"kind: unknown variant {kind!r}; known: {', '.join(PROMPT_VARIANTS)}")
@@ -321,6 +323,10 @@ class ChainTask:
             if hint is None:
                 raise ValueError("the solver variant needs a hint (the thinker's plan)")
             return f"{prompt}{hint.strip()}\n"
+        if kind == "solution_hint":
+            if hint is None:
+                raise ValueError("the solution_hint variant needs a hint (a correct solution)")
+            return solution_hint_prompt(prompt, hint)
         return prompt  # solo
 
     # ---------------------------------------------------------------- SFT examples

@@ -85,6 +85,12 @@ def parse_step_answer(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def solution_hint_prompt(prompt: str, solution: str) -> str:
+    """The problem, a correct solution (another attempt's), and the request to solve it again:
+    SDPO's re-prompt (arXiv 2601.20802, Table 2) in the testbed's alphabet."""
+    return f"{prompt}a correct solution:\n{solution.strip()}\nsolve the problem again.\n"
+
+
 def repair_prompt(prompt: str, response: str, reference: str) -> str:
     """A failed solution and a correct reference; the answer is the failed one, minimally fixed."""
     return (

@@ -26,6 +26,8 @@ from creditbench.methods.core import RolloutBatch
 
 from .rollout import (
     Samples,
+    cut_at_eos,
+    decode_responses,
     derive_seed,
     encode,
     pad_layout,
@@ -33,7 +35,7 @@ from .rollout import (
     score_responses,
 )
 
-MODELS = ("policy", "reference", "teacher")
+MODELS = ("policy", "reference", "teacher", "ema")
 NEEDS_RESPONSE = ("localize", "repair")  # prompt variants built around a response
 
 
@@ -45,6 +47,18 @@ def sequence_lengths(response_ids: Tensor, eos_id: int, pad_id: int) -> Tensor:
     if pad_id == eos_id:
         return first_eos
     return torch.where(has_eos, first_eos, (response_ids != pad_id).sum(-1))
+
+
+@torch.no_grad()
+def ema_update_(average, model, rate: float) -> None:
+    """``θ_avg ← (1 − rate)·θ_avg + rate·θ`` in place, parameter by parameter; buffers are
+    copied. ``average`` is a copy of ``model`` (same parameter names; tied weights once)."""
+    params = dict(model.named_parameters())
+    for name, param in average.named_parameters():
+        param.lerp_(params[name].detach().to(param.dtype), rate)
+    buffers = dict(model.named_buffers())
+    for name, buffer in average.named_buffers():
+        buffer.copy_(buffers[name])
 
 
 class HarnessServices:
@@ -89,6 +103,8 @@ class HarnessServices:
         self._teacher_loader = teacher_loader
         self._teacher = None
         self._teacher_meter = None
+        self._ema = None  # the policy's weight average, made by track_ema (SDPO's teacher)
+        self._ema_rate = 0.0
         self.sampler = sampler
         self.train_problems = list(task.problems("train"))
         self.step_checked = hasattr(task, "first_wrong_step")
@@ -136,6 +152,38 @@ class HarnessServices:
     def problems(self, batch: RolloutBatch) -> list:
         """The :class:`Problem` of every row."""
         return [self.train_problems[i] for i in batch.extras["problem_index"].tolist()]
+
+    def step_prompts(self) -> tuple[list[str], Tensor]:
+        """This step's prompts and their train-split indices ``[P]``, drawn as
+        :meth:`sample_batch` draws them but not sampled: for a method that runs its own
+        rollout with :meth:`generate` (RRPO/SRPO's fresh attempts and resets)."""
+        indices = self.prompt_indices(self.step, self._next_call())
+        prompts = [self.train_problems[i].prompt for i in indices]
+        return prompts, torch.tensor(indices, dtype=torch.long)
+
+    def delimited_step_ids(self, batch: RolloutBatch, delimiter: str) -> Tensor:
+        """``[B, T]`` step index of every response token, a step being the text up to and
+        including each ``delimiter`` (a blank line, ``</thought>``), the rest the last step;
+        ``-1`` on the end-of-sequence token and padding. Steps for tasks without a checker."""
+        from .tasks.steps import token_char_offsets, token_step_ids
+
+        lengths = sequence_lengths(
+            batch.response_ids, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        )
+        out = torch.full(batch.response_ids.shape, -1, dtype=torch.long)
+        for row, length in enumerate(lengths.tolist()):
+            tokens = batch.response_ids[row, :length].tolist()
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            spans, start = [], 0
+            while start < len(text):
+                found = text.find(delimiter, start)
+                end = len(text) if found < 0 else found + len(delimiter)
+                spans.append((start, end))
+                start = end
+            ids = token_step_ids(token_char_offsets(self.tokenizer, tokens), spans)
+            if ids:
+                out[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        return out
 
     def decode(self, batch: RolloutBatch) -> list[str]:
         """The text of every response (prefix included, EOS excluded)."""
@@ -253,6 +301,64 @@ class HarnessServices:
             batch.extras["prefix_mask"] = (positions < widths.unsqueeze(-1)).float()
         return batch
 
+    def batch_from_responses(
+        self,
+        problem_index: Sequence[int] | Tensor,
+        responses: Sequence[str | Sequence[int] | Tensor],
+    ) -> RolloutBatch:
+        """Given responses to train-split problems as a graded, scored batch, without sampling.
+
+        Each response is a text (encoded, EOS appended) or the token ids of the response alone
+        (cut after the first EOS). Every row gets its problem's plain prompt, is graded against
+        it, and its behaviour log-probs are the policy's teacher-forced under that prompt: a
+        forward pass charged to the budget (and one of the reference model, if the run has
+        one). Nothing is generated. Group ids are the row positions. Used to train on a
+        response the policy did not sample under the plain prompt (IBPO's repairs).
+        """
+        index = torch.as_tensor(problem_index, dtype=torch.long).reshape(-1)
+        if len(responses) != index.numel() or index.numel() == 0:
+            raise ValueError(
+                f"responses: need one per problem_index, at least one "
+                f"(got {len(responses)} for {index.numel()})"
+            )
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        prompts = encode(self.tokenizer, [self.train_problems[i].prompt for i in index.tolist()])
+        rows, truncated = [], []
+        for response in responses:
+            if isinstance(response, str):
+                tokens = [*encode(self.tokenizer, [response])[0], eos]
+            else:
+                tokens = [int(t) for t in response]
+            tokens, cut = cut_at_eos(tokens, eos, pad)
+            rows.append(tokens)
+            truncated.append(cut)
+        prompt_ids, prompt_mask, response_ids, response_mask = pad_layout(prompts, rows, pad)
+        samples = Samples(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=response_ids,
+            response_mask=response_mask,
+            truncated=torch.tensor(truncated),
+            prompt_index=torch.arange(index.numel()),
+            new_tokens=torch.zeros(index.numel(), dtype=torch.long),
+            texts=decode_responses(
+                self.tokenizer, response_ids, torch.tensor([len(r) for r in rows])
+            ),
+        )
+        return self._to_batch(samples, index, group_offset=0)
+
+    def task_repair(self, batch: RolloutBatch) -> list[str]:
+        """The task's scripted minimal repair of every row's response (on the chain task: the
+        first wrong step fixed and every later value recomputed). Runs no model, costs nothing.
+        """
+        if not hasattr(self.task, "repair_solution"):
+            raise ValueError(f"task {self.task.name!r} has no scripted repair (repair_solution)")
+        texts = self.decode(batch)
+        return [
+            self.task.repair_solution(problem, text)
+            for problem, text in zip(self.problems(batch), texts, strict=True)
+        ]
+
     def _to_batch(
         self, samples: Samples, problem_index: Tensor | None, *, group_offset: int
     ) -> RolloutBatch:
@@ -328,6 +434,10 @@ class HarnessServices:
                 self._teacher = self._teacher_loader()
                 self._teacher_meter = BudgetMeter.for_model(self._teacher)
             return self._teacher
+        if name == "ema":
+            if self._ema is None:
+                raise ValueError("model: ema needs track_ema(rate) first (no average kept yet)")
+            return self._ema
         raise ValueError(f"model: must be one of {', '.join(MODELS)} (got {name!r})")
 
     def score(
@@ -373,6 +483,93 @@ class HarnessServices:
         self.seconds["scoring"] += time.perf_counter() - started
         return logprobs
 
+    def track_ema(self, rate: float) -> None:
+        """Keep an exponential moving average of the policy's weights, scored as ``model="ema"``.
+
+        The first call copies the policy as it is then (before the first update: the initial
+        policy); after every optimizer step :meth:`on_policy_updated` moves the copy
+        ``θ_ema ← (1 − rate)·θ_ema + rate·θ`` (SDPO's teacher). ``rate`` 0 keeps it frozen.
+        Calling again only sets the rate. The averaging itself is not charged (no forward);
+        scoring with it is, like a policy forward. The average is not checkpointed: a resumed
+        run starts it again from the policy it resumes with.
+        """
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"rate: must be in [0, 1] (got {rate!r})")
+        if self._ema is None:
+            import copy
+
+            self._ema = copy.deepcopy(self.policy).requires_grad_(False)
+        self._ema_rate = float(rate)
+
+    def distribution(
+        self,
+        batch: RolloutBatch,
+        prompts: Sequence[str] | None = None,
+        model: str = "policy",
+        *,
+        top_k: int | None = None,
+        indices: Tensor | None = None,
+        grad: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """Next-token log-probs ``[B, T, K]`` at chosen vocabulary entries, teacher-forced.
+
+        Args:
+            prompts, model: as in :meth:`score`.
+            top_k: without ``indices``, the model's own ``top_k`` most likely tokens at each
+                position (every vocabulary entry when None).
+            indices: ``[B, T, K]`` the entries to read (a student's top-K, for a teacher).
+            grad: keep the graph (``model="policy"`` only), for a loss that distils whole
+                distributions (SDPO's top-K variant); the pass is charged as a forward, the
+                trainer's own charge covering the backward.
+
+        Returns:
+            ``(logprobs, indices)``, both ``[B, T, K]``, zero where ``batch.response_mask`` is 0.
+            The log-probs are those of the tempered distribution, as :meth:`score`'s.
+        """
+        from .rollout import _response_logits
+
+        if grad and model != "policy":
+            raise ValueError(f"grad: only the policy is trained (got model={model!r})")
+        scorer = self._model(model)
+        if prompts is None:
+            prompt_ids, prompt_mask = batch.prompt_ids, batch.prompt_mask
+        else:
+            if len(prompts) != batch.size:
+                raise ValueError(f"prompts: need one per row ({batch.size}), got {len(prompts)}")
+            tokens = encode(self.tokenizer, prompts)
+            prompt_ids, prompt_mask, _, _ = pad_layout(
+                tokens, [[] for _ in tokens], self.tokenizer.pad_token_id
+            )
+        temperature = self.rollout_config.temperature
+        started = time.perf_counter()
+        out_lp, out_ix = [], []
+        for start in range(0, batch.size, self.micro_batch_size):
+            rows = slice(start, start + self.micro_batch_size)
+            with torch.set_grad_enabled(grad):
+                logits = _response_logits(
+                    scorer, prompt_ids[rows], prompt_mask[rows], batch.response_ids[rows]
+                )
+                logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, -1)
+                if indices is not None:
+                    index = indices[rows].to(logp.device)
+                elif top_k is not None and top_k < logp.shape[-1]:
+                    index = logp.detach().topk(top_k, dim=-1).indices
+                else:
+                    index = torch.arange(logp.shape[-1], device=logp.device).expand_as(logp)
+                mask = batch.response_mask[rows].to(logp.device).unsqueeze(-1)
+                out_lp.append((logp.gather(-1, index) * mask).cpu())
+                out_ix.append((index * mask.long()).cpu())
+        lengths = prompt_mask.sum(-1).long() + sequence_lengths(
+            batch.response_ids, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        )
+        if model == "teacher":
+            flops = self._teacher_meter.charge_forward_batch(lengths)
+            self._charge_foreign(flops, int(lengths.sum()))
+        else:
+            self.meter.charge_forward_batch(lengths)
+        self.seconds["scoring"] += time.perf_counter() - started
+        return torch.cat(out_lp), torch.cat(out_ix)
+
     def _charge_foreign(self, flops: int, tokens: int) -> None:
         """Charge a forward of a model of another size (priced by its own meter)."""
         if getattr(self.meter, "_suspended", 0):
@@ -387,3 +584,5 @@ class HarnessServices:
         """Called by the trainer after each optimizer step (pushes weights to a vLLM sampler)."""
         if self.sampler is not None:
             self.sampler.load_weights(self.policy)
+        if self._ema is not None:
+            ema_update_(self._ema, self.policy, self._ema_rate)

@@ -46,3 +46,49 @@ class FakeServices:
         position = torch.arange(batch.response_ids.shape[-1])
         code = (batch.response_ids * 31 + position * 17 + offset) % 97
         return -(0.05 + code.float() / 40.0) * batch.response_mask
+
+    def variant(self, batch: RolloutBatch, kind: str, hints: Any = None) -> list[str]:
+        """One prompt text per row naming the variant and the row's group (and hint, if any)."""
+        self.calls.append(f"variant:{kind}")
+        groups = batch.group_ids.tolist()
+        tails = [f" {h}" for h in hints] if hints is not None else [""] * len(groups)
+        return [f"{kind} of group {g}{tail}" for g, tail in zip(groups, tails, strict=True)]
+
+    def decode(self, batch: RolloutBatch) -> list[str]:
+        """The token ids of every response's masked positions, as text."""
+        self.calls.append("decode")
+        rows = zip(batch.response_ids.tolist(), batch.response_mask.tolist(), strict=True)
+        return [" ".join(str(t) for t, m in zip(ids, mask, strict=True) if m) for ids, mask in rows]
+
+    def track_ema(self, rate: float) -> None:
+        """Records the rate; ``score(model="ema")`` is then one more named model."""
+        self.calls.append(f"track_ema:{rate}")
+
+    def distribution(
+        self,
+        batch: RolloutBatch,
+        prompts: Any = None,
+        model: str = "policy",
+        *,
+        top_k: int | None = None,
+        indices: Tensor | None = None,
+        grad: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """Log-probs ``[B, T, K]`` of a softmax over 32 entries that is a function of (entry,
+        position, response token, model, whether other prompts were given) only. With ``grad``
+        the full log-softmax is a fresh leaf kept as ``last_grad_input``."""
+        self.calls.append(f"distribution:{model}" + (":grad" if grad else ""))
+        offset = sum(map(ord, model)) + (11 if prompts is not None else 0)
+        width = batch.response_ids.shape[-1]
+        entry = torch.arange(32).view(1, 1, -1)
+        position = torch.arange(width).view(1, -1, 1)
+        code = (entry * 13 + position * 7 + batch.response_ids.unsqueeze(-1) * 5 + offset) % 23
+        logp = torch.log_softmax(code.float() / 5.0, dim=-1)
+        if grad:
+            logp = logp.requires_grad_(True)
+            self.last_grad_input = logp
+        if indices is None:
+            k = 32 if top_k is None else min(top_k, 32)
+            indices = logp.detach().topk(k, dim=-1).indices
+        mask = batch.response_mask.unsqueeze(-1)
+        return logp.gather(-1, indices) * mask, indices * mask.long()

@@ -317,6 +317,26 @@ def make_task(task_name: str, task_options: dict[str, Any] | None = None) -> Any
     return get_task(task_name, **(task_options or {}))
 
 
+def non_default_options(task_name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` without those equal to the task's defaults.
+
+    ``steps=8`` on a task whose default is 8 steps names the same task, so it must find the
+    same cached (or shipped) base policy.
+    """
+    defaults = getattr(make_task(task_name, {}), "config", None)
+    if defaults is None or not options:
+        return options
+
+    def same(a: Any, b: Any) -> bool:  # tuples and JSON lists compare equal
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+    return {
+        key: value
+        for key, value in options.items()
+        if not (hasattr(defaults, key) and same(getattr(defaults, key), value))
+    }
+
+
 def task_fingerprint(task: Any, mix: dict[str, float] | None, n: int = 64) -> str:
     """sha256 of what the task feeds the bootstrap: its alphabet, SFT examples, problems.
 
@@ -358,7 +378,7 @@ def _ensure(
     progress: bool,
     use_shipped: bool,
 ) -> Path:
-    options = dict(task_options or {})
+    options = non_default_options(task_name, dict(task_options or {}))
     task = make_task(task_name, options)
     material = key_material(kind, task_name, options, config, task)
 

@@ -290,3 +290,16 @@ def test_shipped_checkpoints_are_intact_and_load():
         BootstrapConfig(**manifest["material"]["config"])  # still a valid config
         model, tokenizer = load_policy(entry)
         assert model.config.vocab_size == len(tokenizer)
+
+
+def test_options_equal_to_the_defaults_find_the_shipped_base_policy(tmp_path):
+    from creditbench.harness.bootstrap import ensure_base_policy, non_default_options
+
+    assert (
+        non_default_options("chain", {"steps": 8, "fillers": ["so", "then", "next", "now"]}) == {}
+    )
+    assert non_default_options("chain", {"steps": 4, "slip_rate": 0.04}) == {"steps": 4}
+    plain = ensure_base_policy("chain", {}, None, tmp_path, progress=False)
+    spelled_out = ensure_base_policy("chain", {"steps": 8}, None, tmp_path, progress=False)
+    assert plain == spelled_out
+    assert plain.parent.parent == policy_cache.ASSETS_DIR  # shipped, nothing was trained

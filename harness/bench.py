@@ -8,9 +8,13 @@ A suite is a YAML file in ``harness/suites/`` (or any path)::
     seeds: [0, 1, 2]
     tasks:
       - name: chain
-        options: {n_steps: [4, 8]}    # a list sweeps the option
+        options: {steps: [4, 8]}      # a list sweeps the option
     grid: {rollout.prompts_per_step: [4, 16]}   # config fields swept for every run
     settings: {eval.n_problems: 200}  # config fields fixed for every run
+
+A task entry may also carry its own ``grid`` (replacing the suite's for that entry) and
+``settings`` (added to the suite's), so one suite can sweep lengths at one batch size and batch
+sizes at one length.
     budget: {unit: flops, amount: 2.0e13}
 
 Each run is a ``creditbench train`` subprocess with its threads set explicitly, writing
@@ -136,12 +140,20 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
     for task in tasks:
         if not isinstance(task, dict) or "name" not in task:
             raise SuiteError(f"{path}: tasks: each entry needs a name")
+        unknown = set(task) - {"name", "options", "grid", "settings"}
+        if unknown:
+            raise SuiteError(
+                f"{path}: tasks: unknown key {sorted(unknown)[0]!r}; known: name, options, "
+                "grid, settings"
+            )
+        task_grid = _sweep(dict(task["grid"] or {})) if "grid" in task else grid
+        task_fixed = {**fixed, **(task.get("settings") or {})}
         for options in _sweep(dict(task.get("options") or {})):
-            for point in grid:
+            for point in task_grid:
                 label = "-".join(x for x in (task["name"], _slug(options), _slug(point)) if x)
                 for method in [*methods, *references]:
                     for seed in seeds:
-                        settings = {**fixed, **point, "task_options": options}
+                        settings = {**task_fixed, **point, "task_options": options}
                         overrides = [f"{k}={json.dumps(v)}" for k, v in settings.items()]
                         runs.append(
                             Run(
@@ -237,13 +249,9 @@ def run_suite(
             f"{len(failed)} runs failed; logs: "
             + ", ".join(str(results_dir / "logs" / f"{n}.log") for n in failed)
         )
-    try:
-        from creditbench import leaderboard
-    except ImportError:
-        leaderboard = None
-    render = getattr(leaderboard, "render", None)
-    if render is not None:
-        render(results_dir)
+    from creditbench.leaderboard import render
+
+    render(results_dir)
     return 1 if failed else 0
 
 

@@ -1,5 +1,8 @@
 """``creditbench leaderboard [RESULTS_DIR] [--out DIR]``: render the leaderboard of a results
-directory (every finished run below it) as leaderboard.md, .csv, .html and PNG plots."""
+directory (every finished run below it) as leaderboard.md, .csv, .html and PNG plots.
+
+``creditbench validate``: run the ``validation`` suite (oracle credit against GRPO) and write
+its report, ``validation.md``, beside the runs."""
 
 from __future__ import annotations
 
@@ -26,6 +29,34 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from creditbench.leaderboard.validation import validation_markdown
+
+    from .bench import SuiteError, run_suite, suite_path
+
+    results = Path(args.results or "runs/bench-validation")
+    if args.report_only:
+        if not results.is_dir():
+            message = f"--results: {results} is not a folder"
+            print(f"creditbench validate: error: {message}", file=sys.stderr)
+            return 2
+    else:
+        try:
+            suite_path(args.suite)
+            code = run_suite(args.suite, workers=args.workers, results=str(results))
+        except SuiteError as err:
+            print(f"creditbench validate: error: {err}", file=sys.stderr)
+            return 2
+        if code != 0:
+            print("creditbench validate: some runs failed; the report covers the finished ones")
+    report = validation_markdown(results, reps=args.reps)
+    (results / "validation.md").write_text(report, encoding="utf-8")
+    print(report)
+    return 0
+
+
 def add_leaderboard_commands(subparsers) -> None:
     """Register ``leaderboard`` on the main parser's subparsers."""
     p = subparsers.add_parser(
@@ -42,3 +73,15 @@ def add_leaderboard_commands(subparsers) -> None:
         "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
     )
     p.set_defaults(func=_cmd_leaderboard)
+
+    p = subparsers.add_parser(
+        "validate", help="oracle credit against GRPO on the testbed: run the sweep, report the gap"
+    )
+    p.add_argument("--suite", default="validation", help="the sweep (default: validation)")
+    p.add_argument("--results", help="results folder (default: runs/bench-validation)")
+    p.add_argument("--workers", type=int, help="parallel runs (default: sized to the machine)")
+    p.add_argument(
+        "--report-only", action="store_true", help="only write the report of finished runs"
+    )
+    p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.set_defaults(func=_cmd_validate)

@@ -8,7 +8,19 @@
 ``render`` is the entry point ``creditbench bench`` and ``creditbench leaderboard`` call.
 """
 
-from .collect import collect_runs
-from .render import LeaderboardError, render
+from importlib import import_module
+from typing import Any
 
 __all__ = ["LeaderboardError", "collect_runs", "render"]
+
+_HOMES = {"collect_runs": ".collect", "render": ".render", "LeaderboardError": ".render"}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the trainer imports the torch-only :mod:`.credit` every run, and should not pay
+    # for pandas and matplotlib, which only the tables and plots need.
+    if name in _HOMES:
+        value = getattr(import_module(_HOMES[name], __name__), name)
+        globals()[name] = value  # also replaces the submodule ``render`` the import bound here
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

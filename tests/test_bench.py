@@ -25,6 +25,29 @@ def test_shipped_suites_expand_to_every_method():
     assert len({r.label for r in runs}) >= 3  # chain lengths are swept
 
 
+def test_a_task_entry_can_carry_its_own_grid_and_settings(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text(
+        "methods: [grpo]\nseeds: [0, 1]\ngrid: {rollout.prompts_per_step: [2, 4]}\n"
+        "settings: {eval.n_problems: 8}\n"
+        "tasks:\n"
+        "  - {name: chain, options: {steps: [4, 6]}, settings: {eval.k_samples: 1}}\n"
+        "  - {name: chain, options: {steps: 8}, grid: {rollout.prompts_per_step: [2, 4, 8]}}\n"
+    )
+    runs = expand_suite(load_suite(suite), suite)
+    assert len(runs) == (2 * 2 + 3) * 2  # (lengths x suite grid + own grid) x seeds
+    short = [r for r in runs if '"steps": 4' in " ".join(r.overrides)]
+    assert {o for r in short for o in r.overrides} >= {"eval.k_samples=1", "eval.n_problems=8"}
+    long = [r for r in runs if '"steps": 8' in " ".join(r.overrides)]
+    assert not any(o.startswith("eval.k_samples") for r in long for o in r.overrides)
+    assert {o for r in long for o in r.overrides if "prompts_per_step" in o} == {
+        f"rollout.prompts_per_step={n}" for n in (2, 4, 8)
+    }
+    suite.write_text("methods: [grpo]\ntasks:\n  - {name: chain, grids: {}}\n")
+    with pytest.raises(SuiteError, match="unknown key 'grids'"):
+        expand_suite(load_suite(suite), suite)
+
+
 def test_suite_errors_name_the_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("methods: [grpo, no-such-method]\n")

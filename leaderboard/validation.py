@@ -1,0 +1,161 @@
+"""Does credit assignment matter on the testbed? Oracle credit against GRPO, setting by setting.
+
+The ``validation`` suite trains GRPO and the oracle-credit reference (the step ground truth) on
+the same base policy, seed for seed, at equal FLOPs, over several chain lengths and batch sizes.
+:func:`validation_table` turns its runs into one row per setting (task options and swept config
+fields):
+
+- the oracle - GRPO difference of the final sampled accuracy and of the area under the
+  accuracy-versus-budget curve, with a paired 95% bootstrap interval over seeds (seed ``s`` of
+  both methods starts from the same base policy and draws the same first prompts, so the
+  difference of a pair removes the variation they share), and whether the interval excludes 0;
+- per method, the drift of entropy on the filler tokens (last training step minus first): the
+  spurious updates uniform credit makes on tokens that never affect the reward;
+- per method, the credit precision (share of negative credit on the first wrong step) and its
+  chance level.
+
+:func:`validation_markdown` renders the table with a verdict: whether any setting separates the
+methods, and whether the gap grows with chain length at the batch size the lengths share.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .collect import collect_runs
+from .stats import Interval, bootstrap_interval, natural_key
+
+BASELINE, ORACLE = "grpo", "oracle"
+
+
+def _paired(runs: pd.DataFrame, column: str) -> np.ndarray:
+    """``oracle - grpo`` of ``column`` for every seed both methods finished."""
+    if column not in runs:
+        return np.array([])
+    by_seed = runs.pivot_table(index="seed", columns="method", values=column, aggfunc="first")
+    if BASELINE not in by_seed or ORACLE not in by_seed:
+        return np.array([])
+    return (by_seed[ORACLE] - by_seed[BASELINE]).dropna().to_numpy(dtype=float)
+
+
+def _mean(runs: pd.DataFrame, method: str, column: str) -> float:
+    if column not in runs:
+        return math.nan
+    values = runs.loc[runs["method"] == method, column].dropna()
+    return float(values.mean()) if len(values) else math.nan
+
+
+def _training_setting(setting: str) -> str:
+    """A setting label without the base policy's recipe (``bootstrap_options.*``).
+
+    Each chain length has its own base policy, and their recipes may differ; the rows are
+    compared by what the RL runs did (batch size, budget), and the base is part of the task.
+    """
+    parts = [p for p in setting.split(",") if p and not p.startswith("bootstrap_options.")]
+    return ",".join(parts) or "default"
+
+
+def validation_table(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """One row per (task options, setting) of a :func:`collect_runs` table; see the module doc."""
+    runs = table[table["kind"] == "run"].copy()
+    runs["setting"] = runs["setting"].map(_training_setting)
+    rows = []
+    for (options, setting), group in runs.groupby(["options", "setting"], sort=False):
+        row: dict = {"options": options, "setting": setting}
+        for method in (BASELINE, ORACLE):
+            row[f"seeds_{method}"] = int((group["method"] == method).sum())
+            row[f"final_{method}"] = _mean(group, method, "final_accuracy")
+            row[f"drift_{method}"] = _mean(group, method, "filler_entropy_drift")
+            row[f"precision_{method}"] = _mean(group, method, "credit_precision")
+        row["credit_chance"] = _mean(group, BASELINE, "credit_chance")
+        for column, name in (("final_accuracy", "final"), ("auc", "auc")):
+            interval: Interval = bootstrap_interval(_paired(group, column), reps=reps, seed=seed)
+            row[f"{name}_gap"] = interval.point
+            row[f"{name}_low"], row[f"{name}_high"] = interval.low, interval.high
+            row[f"{name}_pairs"] = interval.n
+            row[f"{name}_separates"] = bool(interval.n >= 2 and interval.low > 0)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    order = sorted(range(len(out)), key=lambda i: natural_key(f"{out.setting[i]} {out.options[i]}"))
+    return out.iloc[order].reset_index(drop=True)
+
+
+def _chain_length(options: str) -> int | None:
+    found = re.search(r"(?:^|,)steps=(\d+)", options)
+    return int(found.group(1)) if found else None
+
+
+def length_trend(rows: pd.DataFrame, column: str = "auc_gap") -> tuple[str, list[tuple]]:
+    """The setting shared by the most chain lengths, and its ``(length, gap)`` pairs, by length."""
+    best: tuple[str, list[tuple[int, float]]] = ("", [])
+    for setting, group in rows.groupby("setting", sort=False):
+        pairs = sorted(
+            (length, float(gap))
+            for options, gap in zip(group["options"], group[column], strict=True)
+            if (length := _chain_length(options)) is not None and math.isfinite(gap)
+        )
+        if len(pairs) > len(best[1]):
+            best = (str(setting), pairs)
+    return best
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:+.{digits}f}"
+
+
+def validation_markdown(results_dir: str | Path, *, reps: int = 2000) -> str:
+    """The validation report of a results directory, as markdown."""
+    table, warnings = collect_runs(results_dir)
+    rows = validation_table(table, reps=reps)
+    lines = ["# Validation: oracle credit against GRPO at equal FLOPs", ""]
+    if rows.empty:
+        return "\n".join([*lines, "No finished runs of grpo and oracle were found.", ""])
+    lines += [
+        "Gap = oracle - GRPO (paired by seed), 95% bootstrap interval in brackets; "
+        "final = sampled accuracy at the end of the budget, AUC = area under the "
+        "accuracy-versus-budget curve; drift = filler entropy at the last training step minus "
+        "the first (nats); precision = share of negative credit on the first wrong step "
+        "(chance level beside it).",
+        "",
+        "| task | setting | seeds | final GRPO | final oracle | final gap | AUC gap "
+        "| drift GRPO | drift oracle | precision GRPO / oracle / chance |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows.itertuples():
+        final_gap = f"{_fmt(r.final_gap)} [{_fmt(r.final_low)}, {_fmt(r.final_high)}]"
+        auc_gap = f"{_fmt(r.auc_gap)} [{_fmt(r.auc_low)}, {_fmt(r.auc_high)}]"
+        star = lambda yes: " *" if yes else ""  # noqa: E731
+        lines.append(
+            f"| {r.options} | {r.setting} | {r.final_pairs} "
+            f"| {r.final_grpo:.3f} | {r.final_oracle:.3f} "
+            f"| {final_gap}{star(r.final_separates)} | {auc_gap}{star(r.auc_separates)} "
+            f"| {_fmt(r.drift_grpo)} | {_fmt(r.drift_oracle)} "
+            f"| {r.precision_grpo:.3f} / {r.precision_oracle:.3f} / {r.credit_chance:.3f} |"
+        )
+    lines += ["", "`*`: the interval excludes zero.", ""]
+    separating = rows[rows["final_separates"] | rows["auc_separates"]]
+    if len(separating):
+        where = ", ".join(f"{r.options} {r.setting}" for r in separating.itertuples())
+        lines.append(f"**Separates:** oracle credit is ahead of GRPO beyond noise at: {where}.")
+    else:
+        lines.append(
+            "**Does not separate:** no setting's interval excludes zero, for the final "
+            "accuracy or the AUC."
+        )
+    setting, trend = length_trend(rows)
+    if len(trend) >= 2:
+        gaps = [gap for _, gap in trend]
+        grows = all(b > a for a, b in zip(gaps, gaps[1:], strict=False))
+        shown = ", ".join(f"{length} steps {gap:+.3f}" for length, gap in trend)
+        verdict = "grows" if grows else "does not grow monotonically"
+        lines.append(f"**Length:** at {setting}, the AUC gap {verdict} with length ({shown}).")
+    if warnings:
+        lines += ["", "Skipped runs:", *[f"- {w}" for w in warnings]]
+    return "\n".join(lines) + "\n"

@@ -59,6 +59,8 @@ def test_unpaired_seeds_are_left_out():
     (row,) = validation_table(table, reps=200).itertuples()
     assert row.final_pairs == 2
     assert row.final_gap == pytest.approx(0.15)
+    assert row.final_grpo == pytest.approx(0.15)  # seed 2 of GRPO has no pair
+    assert row.final_oracle == pytest.approx(0.30)
 
 
 def test_base_recipe_is_not_a_setting_and_the_length_trend_reads_lengths():

@@ -160,6 +160,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         task_options = {**task_options, **parse_task_options(args.task_option)}
         task = get_task(task_name, **task_options)
         ev = from_dict(EvalConfig, {**_eval_fields(run_config.eval), **_eval_args(args)}, "eval")
+        drift = _drift_threshold(args, task)
     except (ConfigError, KeyError, TypeError, ValueError) as err:
         message = err.args[0] if err.args else str(err)
         return _fail("eval", str(message))
@@ -175,9 +176,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         batch_size=ev.batch_size,
         max_new_tokens=args.max_new_tokens or run_config.rollout.max_new_tokens,
         seed=args.seed,
+        drift_threshold=drift,
     )
     print(json.dumps({"model": str(source), "task": task_name, **result}, indent=2))
     return 0
+
+
+def _drift_threshold(args: argparse.Namespace, task) -> float | None:
+    """``--drift-filter``'s masked-mass threshold, or None when the filter is off."""
+    if not getattr(args, "drift_filter", False):
+        return None
+    if not 0.0 <= args.drift_threshold < 1.0:
+        raise ValueError(f"--drift-threshold: must be in [0, 1) (got {args.drift_threshold})")
+    if not hasattr(task, "variant"):
+        raise ValueError(f"--drift-filter: task {task.name!r} has no prompt rewrites")
+    return float(args.drift_threshold)
 
 
 def _eval_fields(ev) -> dict:
@@ -267,6 +280,17 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int)
+    p.add_argument(
+        "--drift-filter",
+        action="store_true",
+        help="decode with SCAPO's drift filter (masks tokens that move under prompt rewrites)",
+    )
+    p.add_argument(
+        "--drift-threshold",
+        type=float,
+        default=0.8,
+        help="the p0 mass the drift filter may mask at each step (default 0.8)",
+    )
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("bench", help="run a benchmark suite (methods x seeds x tasks)")

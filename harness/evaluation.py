@@ -25,22 +25,34 @@ def evaluate(
     batch_size: int,
     max_new_tokens: int,
     seed: int,
+    drift_threshold: float | None = None,
 ) -> dict[str, Any]:
     """Accuracy of ``model`` on the first ``n_problems`` problems of the eval split.
+
+    ``batch_size`` prompts go into each ``generate`` call (``batch_size * k_samples`` rows
+    when sampling): on a CPU, per-call overhead dominates small models, so bigger is faster.
 
     Returns:
         ``greedy_accuracy`` (when ``greedy``), ``sampled_accuracy`` (mean over ``k_samples``
         responses per problem at ``temperature``, when ``k_samples > 0``), ``pass_at_k``,
         ``mean_length`` (tokens per sampled response) and ``n_problems``.
+
+    ``drift_threshold`` (None: off) decodes with SCAPO's drift filter at that masked-mass
+    threshold (:mod:`creditbench.harness.drift_decoding`) and adds its ``drift_*`` statistics.
     """
     problems = list(task.problems("eval"))[:n_problems]
     prompts = [p.prompt for p in problems]
     result: dict[str, Any] = {"n_problems": len(problems)}
+    sample: Any = sample_responses
+    if drift_threshold is not None:
+        from .drift_decoding import DriftSampler
+
+        sample = DriftSampler(task, problems, drift_threshold)
     was_training = model.training
     model.eval()
     try:
         if greedy:
-            samples = sample_responses(
+            samples = sample(
                 model,
                 tokenizer,
                 prompts,
@@ -55,7 +67,7 @@ def evaluate(
             ]
             result["greedy_accuracy"] = sum(r > 0.5 for r in rewards) / max(len(rewards), 1)
         if k_samples > 0:
-            samples = sample_responses(
+            samples = sample(
                 model,
                 tokenizer,
                 prompts,
@@ -63,7 +75,7 @@ def evaluate(
                 max_new_tokens=max_new_tokens,
                 temperature=temperature,
                 seed=derive_seed(seed, "eval"),
-                batch_size=max(1, batch_size // k_samples),
+                batch_size=batch_size,
             )
             rows = [problems[i] for i in samples.prompt_index.tolist()]
             correct = torch.tensor(
@@ -74,4 +86,6 @@ def evaluate(
             result["mean_length"] = float(samples.response_mask.sum(-1).mean())
     finally:
         model.train(was_training)
+    if drift_threshold is not None:
+        result.update(sample.summary())
     return result

@@ -98,6 +98,15 @@ class Services(Protocol):
         """The default rollout: the next prompts of the task, G responses each."""
         ...
 
+    def score(self, batch: RolloutBatch, prompts: Any = None, model: str = "policy") -> Tensor:
+        """Teacher-forced log-probs ``[B, T]`` of the batch's responses, under other prompts
+        (one text per row) or another model; see ``HarnessServices.score``."""
+        ...
+
+    def variant(self, batch: RolloutBatch, kind: str, hints: Any = None) -> list[str]:
+        """The task's ``kind`` prompt variant for every row; see ``HarnessServices.variant``."""
+        ...
+
 
 class CreditMethod:
     """Base class of every method.

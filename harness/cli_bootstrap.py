@@ -42,7 +42,7 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
     import torch
 
     from .bootstrap import (
-        as_bootstrap_config,
+        BootstrapConfig,
         ensure_base_policy,
         ensure_teacher_policy,
         evaluate_policy,
@@ -66,10 +66,19 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
         return _fail(f"--out: {args.out} exists; remove it or choose another directory")
     try:
         task_options = parse_task_options(args.task_option)
-        config = as_bootstrap_config({k: v for k, v in fields.items() if v is not None})
-        task = make_task(args.task, task_options)
-    except (ValueError, KeyError, TypeError, ImportError) as err:
+    except ValueError as err:
         return _fail(str(err))
+    try:
+        config = BootstrapConfig(**{k: v for k, v in fields.items() if v is not None})
+    except ValueError as err:  # "batch_size: must be ..." -> "--batch-size: must be ..."
+        field, _, rule = str(err).partition(": ")
+        return _fail(f"--{field.replace('_', '-')}: {rule}")
+    try:
+        task = make_task(args.task, task_options)
+    except KeyError as err:  # an unknown task name; the message lists the known ones
+        return _fail(f"--task: {err}")
+    except (ValueError, TypeError, ImportError) as err:
+        return _fail(f"--task-option {err}")
     ensure = ensure_teacher_policy if args.teacher else ensure_base_policy
     if args.teacher:
         from .bootstrap import CLEAN_TRACE_OPTIONS
@@ -118,7 +127,8 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
         "(a cache hit or a shipped checkpoint when near 0)"
     )
     print(f"eval          {result['n_problems']} problems in {result['eval_seconds']:.1f} s")
-    print(f"sampled acc   {result['sampled_accuracy']:.3f}   (temperature 1.0; target 0.25-0.60)")
+    target = "" if args.teacher else "; base policy target 0.25-0.60"
+    print(f"sampled acc   {result['sampled_accuracy']:.3f}   (temperature 1.0{target})")
     print(f"greedy acc    {result['greedy_accuracy']:.3f}")
     print(
         f"failures      {result['failures']}, first wrong step located in "

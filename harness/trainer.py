@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,8 @@ from typing import Any
 
 import torch
 
+from creditbench.leaderboard.cancellation import loss_cancellation
+from creditbench.leaderboard.credit import credit_diagnostics
 from creditbench.methods.base import EXTRA_KEYS
 from creditbench.methods.core import RolloutBatch, masked_mean
 from creditbench.methods.registry import get_method
@@ -345,6 +348,23 @@ class Trainer:
             }
         )
         record.update({key: float(value) for key, value in stats.items()})
+        first_wrong = batch.extras.get("first_wrong_mask")
+        if first_wrong is not None:  # step ground truth: does the method blame the right tokens?
+            credit = credit_diagnostics(advantages, mask, first_wrong, batch.rewards)
+            record.update({k: None if math.isnan(v) else v for k, v in credit.items()})
+        # Token gradient cancellation of the step's first update, at the behaviour policy (the
+        # loss's gradient on token log-probs, no model pass): leaderboard.cancellation.
+        cancel = loss_cancellation(
+            lambda logprobs: self.method.loss(logprobs, batch, advantages)[0],
+            batch.old_logprobs,
+            advantages,
+            batch.response_ids,
+            mask,
+            batch.group_ids,
+            batch.prompt_ids,
+            batch.prompt_mask,
+        )
+        record.update({k: v if v == v else None for k, v in cancel.items()})  # NaN -> None
         record["time"] = timing
         return record
 

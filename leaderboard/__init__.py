@@ -3,7 +3,9 @@
 - :mod:`.collect`: every finished run under a results directory as one tidy table;
 - :mod:`.stats`: IQM and mean with stratified bootstrap CIs, probability of improvement, ranks;
 - :mod:`.credit`: credit precision and AUROC of one batch's advantages (torch only);
-- :mod:`.render`: ``leaderboard.md``, ``.csv``, ``.html`` and the PNG plots.
+- :mod:`.cancellation`: token-gradient cancellation of one batch's loss (torch only);
+- :mod:`.validation`: the testbed's validation report, oracle credit against GRPO;
+- :mod:`.report`: ``leaderboard.md``, ``.csv``, ``.html`` and the PNG plots.
 
 ``render`` is the entry point ``creditbench bench`` and ``creditbench leaderboard`` call.
 """
@@ -13,14 +15,12 @@ from typing import Any
 
 __all__ = ["LeaderboardError", "collect_runs", "render"]
 
-_HOMES = {"collect_runs": ".collect", "render": ".render", "LeaderboardError": ".render"}
+_HOMES = {"collect_runs": ".collect", "render": ".report", "LeaderboardError": ".report"}
 
 
 def __getattr__(name: str) -> Any:
     # Lazy: the trainer imports the torch-only :mod:`.credit` every run, and should not pay
     # for pandas and matplotlib, which only the tables and plots need.
     if name in _HOMES:
-        value = getattr(import_module(_HOMES[name], __name__), name)
-        globals()[name] = value  # also replaces the submodule ``render`` the import bound here
-        return value
+        return getattr(import_module(_HOMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,6 +28,8 @@ Per method and task (a *group* is one task, task options and setting; see
   or either end is missing.
 - credit diagnostics and the filler entropy drift: the mean over seeds of each run's mean over
   its logged steps (the drift: last minus first logged filler entropy), with bootstrap CIs.
+  The token gradient cancellation ratio (``cancel_ratio``, :mod:`leaderboard.cancellation`)
+  is averaged the same way.
 
 rliable's ``metrics`` module supplies the IQM and the probability of improvement. Its
 ``library.get_interval_estimates`` is not used: it imports ``arch``, and arch 7.2 fails to
@@ -48,7 +50,13 @@ BASELINE = "grpo"
 ORACLE = "oracle"
 GROUP = ["task", "options", "setting"]
 POSITION_TOLERANCE = 1e-6
-DIAGNOSTICS = ("credit_precision", "credit_auroc", "credit_chance", "filler_entropy_drift")
+DIAGNOSTICS = (
+    "credit_precision",
+    "credit_auroc",
+    "credit_chance",
+    "filler_entropy_drift",
+    "cancel_ratio",  # token gradient cancellation (leaderboard.cancellation)
+)
 
 
 @dataclass(frozen=True)

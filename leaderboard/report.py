@@ -52,7 +52,9 @@ HOW_TO_READ = (
     "share of a failed response's negative credit that falls on its first wrong step (chance: "
     "the share of tokens that are first-wrong-step tokens); credit AUROC ranks tokens by "
     "negative advantage against the first-wrong-step label (0.5: uniform credit). Filler "
-    "entropy drift is the last minus the first logged entropy on reward-irrelevant tokens."
+    "entropy drift is the last minus the first logged entropy on reward-irrelevant tokens. "
+    "Shared-prefix gradient: the net gradient the loss leaves on the tokens every response of "
+    "a group shares, relative to its gradient on the other tokens (0: they cancel)."
 )
 
 
@@ -129,6 +131,7 @@ def _credit_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         "credit AUROC [95% CI]",
         "credit score (GRPO 0, oracle 1)",
         "filler entropy drift [95% CI]",
+        "shared-prefix gradient, net / rest [95% CI]",
     ]
     rows = []
     for _, r in frame.sort_values("method").iterrows():
@@ -141,6 +144,7 @@ def _credit_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 fmt_interval(r, "credit_auroc", n),
                 fmt(r.get("credit_position"), 2),
                 fmt_interval(r, "filler_entropy_drift", n),
+                fmt_interval(r, "cancel_ratio", n),
             ]
         )
     return headers, rows
@@ -217,7 +221,7 @@ def build_blocks(
             )
         diagnostics = [
             c
-            for c in ("credit_precision", "credit_auroc", "filler_entropy_drift")
+            for c in ("credit_precision", "credit_auroc", "filler_entropy_drift", "cancel_ratio")
             if c in frame and frame[c].notna().any()
         ]
         if diagnostics:

@@ -86,8 +86,7 @@ class Task(Protocol):
 class StepCheckedTask(Task, Protocol):
     """A task that knows, for any response, where its first wrong step is."""
 
-    def first_wrong_step(self, problem: Problem, response: str) -> StepVerdict | None:
-        ...
+    def first_wrong_step(self, problem: Problem, response: str) -> StepVerdict | None: ...
 
     def step_spans(self, response: str) -> list[tuple[int, int]]:
         """Character spans of the response's steps (lines), in order."""

@@ -54,7 +54,9 @@ HOW_TO_READ = (
     "negative advantage against the first-wrong-step label (0.5: uniform credit). Filler "
     "entropy drift is the last minus the first logged entropy on reward-irrelevant tokens. "
     "Shared-prefix gradient: the net gradient the loss leaves on the tokens every response of "
-    "a group shares, relative to its gradient on the other tokens (0: they cancel)."
+    "a group shares, relative to its gradient on the other tokens (0: they cancel). Reset at "
+    "the first wrong step (RRPO, SRPO): the share of resets placed exactly at the failed "
+    "response's true first wrong step."
 )
 
 
@@ -132,6 +134,7 @@ def _credit_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         "credit score (GRPO 0, oracle 1)",
         "filler entropy drift [95% CI]",
         "shared-prefix gradient, net / rest [95% CI]",
+        "reset at the first wrong step [95% CI]",
     ]
     rows = []
     for _, r in frame.sort_values("method").iterrows():
@@ -145,6 +148,7 @@ def _credit_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 fmt(r.get("credit_position"), 2),
                 fmt_interval(r, "filler_entropy_drift", n),
                 fmt_interval(r, "cancel_ratio", n),
+                fmt_interval(r, "reset_hits_first_wrong", n),
             ]
         )
     return headers, rows

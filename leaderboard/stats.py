@@ -56,6 +56,7 @@ DIAGNOSTICS = (
     "credit_chance",
     "filler_entropy_drift",
     "cancel_ratio",  # token gradient cancellation (leaderboard.cancellation)
+    "reset_hits_first_wrong",  # RRPO/SRPO: resets at the true first wrong step
 )
 
 

@@ -86,7 +86,7 @@ class ModelConfig:
 class RolloutConfig:
     """How each step samples: ``prompts_per_step`` prompts, ``group_size`` responses each."""
 
-    prompts_per_step: int = 16
+    prompts_per_step: int = 8
     group_size: int = 8
     max_new_tokens: int = 160
     temperature: float = 1.0

@@ -111,10 +111,12 @@ def cancellation_diagnostics(
         token_grad: ``[B, T]`` the loss's gradient on each token log-prob
             (:func:`logprob_gradient`).
         advantages: ``[B, T]`` the token advantages the loss was given.
-        response_ids, response_mask: ``[B, T]``.
+        response_ids: ``[B, T]`` response tokens.
+        response_mask: ``[B, T]`` 1 on response tokens.
         group_ids: ``[B]``; responses to one prompt share an id.
-        prompt_ids, prompt_mask: ``[B, P]``; when given, responses with different prompts
-            never share a token.
+        prompt_ids: ``[B, P]``; when given (with ``prompt_mask``), responses with different
+            prompts never share a token.
+        prompt_mask: ``[B, P]`` 1 on prompt tokens.
     """
     carries = response_mask.detach() > 0
     g = token_grad.detach().to(torch.float64) * carries

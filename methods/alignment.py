@@ -105,7 +105,8 @@ def pair_edit_masks(
     """The bilateral edit masks of every (failed, repair) pair of rows of a batch.
 
     Args:
-        response_ids, response_mask: ``[B, T]``; the tokens under the mask are aligned.
+        response_ids: ``[B, T]`` response tokens; those under ``response_mask`` are aligned.
+        response_mask: ``[B, T]`` 1 on response tokens.
         pair_ids: ``[B]`` long, the same id ``>= 0`` on a failed row and its repair, -1 elsewhere.
         is_repair: ``[B]`` bool, which row of a pair is the repair.
         max_edits: keep the first ``max_edits`` edit operations (0: all), see :func:`edit_masks`.

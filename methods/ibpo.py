@@ -85,7 +85,8 @@ def ibpo_advantages(
 
     Args:
         scores: ``[B]`` GRPO's Â_i of sampled rows (0 on repair rows).
-        response_mask, edit_mask: ``[B, T]``; ``edit_mask`` is d⁻ on failed rows, d⁺ on repairs.
+        response_mask: ``[B, T]`` 1 on response tokens.
+        edit_mask: ``[B, T]`` d⁻ on failed rows, d⁺ on repairs.
         pair_ids: ``[B]`` the same id on a failed row and its repair, -1 on other rows.
         is_repair: ``[B]`` bool.
 

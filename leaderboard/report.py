@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 import sys
 from pathlib import Path
@@ -344,6 +345,29 @@ def to_html(blocks: list[tuple], figures: dict[str, bytes], title: str) -> str:
 # Entry point
 
 
+def provenance(root: Path, runs) -> str:
+    """Which code and packages produced the runs: one sentence from their environment.json."""
+    commits: dict[str, int] = {}
+    packages: dict[str, set[str]] = {}
+    dirty = 0
+    for rel in runs:
+        try:
+            env = json.loads((root / rel / "environment.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        commit = str(env.get("git_commit") or "unknown")[:12]
+        commits[commit] = commits.get(commit, 0) + 1
+        dirty += bool(env.get("git_dirty"))
+        for package, version in (env.get("packages") or {}).items():
+            packages.setdefault(package, set()).add(str(version))
+    if not commits:
+        return "No run records its environment."
+    code = ", ".join(f"{c} ({n} runs)" for c, n in sorted(commits.items()))
+    versions = "; ".join(f"{p} {', '.join(sorted(v))}" for p, v in sorted(packages.items()))
+    edits = f"; {dirty} with uncommitted changes" if dirty else ""
+    return f"Code: git commit {code}{edits}. Packages: {versions}."
+
+
 def render(
     results_dir: str | Path, out_dir: str | Path | None = None, *, reps: int = 2000
 ) -> dict[str, Path]:
@@ -379,6 +403,8 @@ def render(
     figures = {name: png for name, png in drawn.items() if png is not None}
     name = root.resolve().name
     blocks = build_blocks(name, stats, papers, warnings, figures, n_runs)
+    blocks.append(("h2", "Provenance"))
+    blocks.append(("p", provenance(root, table["run"].unique())))
     texts = {
         "markdown": ("leaderboard.md", to_markdown(blocks)),
         "csv": ("leaderboard.csv", stats["methods"].to_csv(index=False)),

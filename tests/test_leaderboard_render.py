@@ -281,3 +281,24 @@ def test_html_page_loads_in_headless_chromium_with_tables_and_embedded_images(re
         png = base64.b64decode(data)
         assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
     assert not re.search(r'(src|href)="(https?:)?//', dom)  # no external assets
+
+
+def test_provenance_names_the_commits_and_packages_of_the_runs(tmp_path):
+    import json
+
+    from creditbench.leaderboard.report import provenance
+
+    for name, commit, dirty in (
+        ("a", "1" * 40, False),
+        ("b", "1" * 40, True),
+        ("c", "2" * 40, False),
+    ):
+        (tmp_path / name).mkdir()
+        env = {"git_commit": commit, "git_dirty": dirty, "packages": {"torch": f"2.{len(name)}"}}
+        (tmp_path / name / "environment.json").write_text(json.dumps(env))
+    (tmp_path / "d").mkdir()  # a run without its environment is left out, not fatal
+    text = provenance(tmp_path, ["a", "b", "c", "d"])
+    assert "111111111111 (2 runs)" in text and "222222222222 (1 runs)" in text
+    assert "1 with uncommitted changes" in text
+    assert "torch 2.1" in text
+    assert provenance(tmp_path, ["d"]) == "No run records its environment."

@@ -6,10 +6,12 @@ For the default model and batch (or any config) it prints:
 - generated and trained tokens per second;
 - the FLOP meter's count per step, and the achieved FLOP/s of the update against a measured
   fp32 matmul peak;
-- every registered method's advantage computation as a share of its step time (the method's
-  own math only; extra scoring passes it asks for are counted as scoring);
+- one step of every registered method at the same batch: its wall time and FLOPs relative to
+  GRPO's, and its own advantage math as a share of its step (extra scoring or generation
+  passes it asks for count in the step, not in the share);
 - a plain transformers loop doing the same work side by side (``generate`` with the same
-  sampling settings, then forward, backward and AdamW over the same sequences), with the ratio.
+  sampling settings and seed, then forward, backward and AdamW over the same batch), with the
+  ratio (above 1: the harness is faster).
 
 Nothing is written to disk; the budget meter counts but never stops the measurement.
 """
@@ -37,67 +39,129 @@ def matmul_peak(size: int = 1024, repeats: int = 5) -> float:
     return 2 * size**3 / best
 
 
-def plain_loop(trainer, batch, repeats: int) -> dict[str, float]:
-    """The same generation and update with plain transformers calls, median seconds each."""
+def side_by_side(trainer, repeats: int) -> dict[str, tuple[float, float]]:
+    """Median seconds of (harness, plain transformers) for the same generation and update.
+
+    Generation: the harness's :func:`sample_responses` and a bare ``model.generate`` on the
+    same prompts with the same seed produce the same tokens, so the work is identical. Update:
+    :func:`ppo_update` and a bare forward/backward/AdamW on the same batch. Both optimizers
+    have lr 0, so the model does not move between repeats; the two alternate, in turn first.
+    """
+    from .ppo import ppo_update
+    from .rollout import derive_seed, sample_responses
+
     cfg: RunConfig = trainer.config
     model, tokenizer = trainer.policy, trainer.tokenizer
-    problems = trainer.services.problems(batch)[:: cfg.rollout.group_size]
-    prompts = [p.prompt for p in problems]
+    prompts = [p.prompt for p in trainer.services.train_problems[: cfg.rollout.prompts_per_step]]
     tokenizer.padding_side = "left"
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)  # lr 0: leave the model as it is
+    sampling = dict(
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
+    )
+    batch = trainer.services.sample_batch()
+    advantages = trainer.method.advantages(batch, trainer.services)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
     input_ids = torch.cat([batch.prompt_ids, batch.response_ids], 1)
     attention = torch.cat([batch.prompt_mask, torch.ones_like(batch.response_mask)], 1)
     labels = torch.cat([torch.zeros_like(batch.prompt_ids), batch.response_ids], 1)
     weights = torch.cat([torch.zeros_like(batch.prompt_mask), batch.response_mask], 1)
-    generation, update = [], []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        with torch.no_grad():
+    lengths = attention.sum(-1).long()
+
+    def harness_generation() -> None:
+        sample_responses(model, tokenizer, prompts, n=cfg.rollout.group_size, seed=0, **sampling)
+
+    def plain_generation() -> None:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(0, 0))  # the seed sample_responses gives its one call
             model.generate(
                 **encoded,
                 do_sample=True,
-                temperature=cfg.rollout.temperature,
-                top_p=cfg.rollout.top_p,
                 top_k=0,
-                max_new_tokens=cfg.rollout.max_new_tokens,
                 num_return_sequences=cfg.rollout.group_size,
                 pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                **sampling,
             )
-        generation.append(time.perf_counter() - started)
-        started = time.perf_counter()
+
+    def harness_update() -> None:
+        ppo_update(
+            model,
+            optimizer,
+            trainer.method,
+            batch,
+            advantages,
+            train=cfg.train,
+            micro_batch_size=trainer.micro_batch_size,
+            temperature=cfg.rollout.temperature,
+            meter=trainer.meter,
+            lengths=lengths,
+            seed=0,
+            step=0,
+        )
+
+    def plain_update() -> None:
         logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
         logprobs = torch.log_softmax(logits, -1).gather(-1, labels[:, 1:, None]).squeeze(-1)
         loss = -(logprobs * weights[:, 1:]).sum() / weights.sum()
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        update.append(time.perf_counter() - started)
-    return {"generation": statistics.median(generation), "update": statistics.median(update)}
+
+    pairs = {
+        "generation": (harness_generation, plain_generation),
+        "update": (harness_update, plain_update),
+    }
+    out = {}
+    for phase, functions in pairs.items():
+        seconds: tuple[list[float], list[float]] = ([], [])
+        for repeat in range(repeats):
+            order = (0, 1) if repeat % 2 == 0 else (1, 0)
+            for which in order:
+                started = time.perf_counter()
+                functions[which]()
+                seconds[which].append(time.perf_counter() - started)
+        out[phase] = (statistics.median(seconds[0]), statistics.median(seconds[1]))
+    return out
 
 
-def advantage_shares(trainer, step_seconds: float, methods: list[str] | None) -> list[tuple]:
-    """(method, advantage seconds, share of a step) for every registered method."""
+def method_steps(trainer, methods: list[str] | None) -> list[dict[str, float | str]]:
+    """One full step (rollout, advantages, update) of every registered method on the same
+    trainer: wall seconds, meter FLOPs, and the method's own advantage math in seconds (its
+    extra scoring or generation passes excluded: they are counted in the step)."""
     from creditbench.methods.registry import list_methods
 
     from .config import build_method_config
 
-    rows = []
-    services = trainer.services
-    for name, cls in list_methods().items():
-        if methods and name not in methods:
-            continue
-        if cls.requires_extras and not services.step_checked:
-            continue
-        method = cls(build_method_config(cls, {}))
-        batch = method.rollout(services)
-        before = sum(services.seconds.values())
-        started = time.perf_counter()
-        method.advantages(batch, services)
-        total = time.perf_counter() - started
-        passes = sum(services.seconds.values()) - before
-        own = total - passes
-        rows.append((name, own, own / (step_seconds + passes)))
+    rows: list[dict[str, float | str]] = []
+    services, meter, original = trainer.services, trainer.meter, trainer.method
+    try:
+        for name, cls in list_methods().items():
+            if methods and name not in methods and name != "grpo":
+                continue
+            if cls.requires_extras and not services.step_checked:
+                continue
+            trainer.method = cls(build_method_config(cls, {}))
+            flops_before = meter.counters()["flops"]
+            started = time.perf_counter()
+            batch = trainer.method.rollout(services)
+            passes_before = sum(services.seconds.values())
+            advantage_started = time.perf_counter()
+            advantages = trainer.method.advantages(batch, services)
+            advantage_total = time.perf_counter() - advantage_started
+            passes = sum(services.seconds.values()) - passes_before
+            trainer._update(batch, advantages)
+            rows.append(
+                {
+                    "method": name,
+                    "step": time.perf_counter() - started,
+                    "flops": meter.counters()["flops"] - flops_before,
+                    "advantages": advantage_total - passes,
+                }
+            )
+    finally:
+        trainer.method = original
     return rows
 
 
@@ -147,16 +211,25 @@ def run_perf(
         f"update: {achieved / 1e9:.2f} GFLOP/s achieved vs {peak / 1e9:.2f} GFLOP/s matmul "
         f"peak ({achieved / peak:.1%})"
     )
-    print("\nadvantage computation, share of the step (target < 2%):")
-    for name, seconds, share in advantage_shares(trainer, median["step"], methods):
+    print(
+        "\nevery method, one step at this batch: wall time and FLOPs relative to GRPO's, and "
+        "its own advantage math as a share of its step (target < 2%):"
+    )
+    rows = method_steps(trainer, methods)
+    grpo = next(r for r in rows if r["method"] == "grpo")
+    print(f"  {'method':<24} {'step':>9} {'x GRPO':>7} {'FLOPs x GRPO':>13} {'advantages':>11}")
+    for r in rows:
+        step, flops = float(r["step"]), float(r["flops"])
+        share = float(r["advantages"]) / step
         flag = "" if share < 0.02 else "  <- over 2%"
-        print(f"  {name:<24} {seconds * 1000:8.2f} ms  {share:6.2%}{flag}")
-    batch = trainer.services.sample_batch()
-    plain = plain_loop(trainer, batch, repeats)
-    print(f"\nplain transformers loop, same work (median of {repeats}):")
-    for phase in ("generation", "update"):
         print(
-            f"  {phase:<11} harness {median[phase] * 1000:8.1f} ms   plain "
-            f"{plain[phase] * 1000:8.1f} ms   ratio {plain[phase] / median[phase]:.2f}x"
+            f"  {r['method']:<24} {step:8.2f}s {step / float(grpo['step']):6.2f}x "
+            f"{flops / float(grpo['flops']):12.2f}x {share:10.2%}{flag}"
+        )
+    print(f"\nharness vs a plain transformers loop, same work (median of {repeats}):")
+    for phase, (ours, plain) in side_by_side(trainer, repeats).items():
+        print(
+            f"  {phase:<11} harness {ours * 1000:8.1f} ms   plain {plain * 1000:8.1f} ms   "
+            f"plain/harness {plain / ours:.2f}x"
         )
     return 0

@@ -1,0 +1,36 @@
+"""``creditbench perf`` runs end to end on a tiny model and prints every section."""
+
+from __future__ import annotations
+
+import re
+
+from creditbench.harness.cli import main
+
+
+def test_perf_prints_phases_methods_relative_to_grpo_and_the_plain_loop(tmp_path, capsys):
+    from creditbench.harness.bootstrap import task_alphabet
+    from creditbench.harness.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.tasks import get_task
+
+    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
+    policy = save_policy(build_model("nano", tokenizer, seed=0), tokenizer, tmp_path / "nano")
+    settings = [
+        "task_options.steps=2",
+        f"model.path={policy}",
+        "rollout.prompts_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=8",
+    ]
+    argv = ["perf", "--repeats", "1", "--threads", "1", "--methods", "oracle"]
+    for item in settings:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for phase in ("generation", "scoring", "advantages", "update"):
+        assert re.search(rf"^\s+{phase}\s+[\d.]+ ms", out, re.M), phase
+    # GRPO is always timed, as the reference of the relative columns, and gives exactly 1x
+    assert re.search(r"^\s+grpo\s+[\d.]+s\s+1\.00x\s+1\.00x", out, re.M)
+    assert re.search(r"^\s+oracle\s+[\d.]+s\s+[\d.]+x\s+[\d.]+x", out, re.M)
+    assert not re.search(r"^\s+dapo\s", out, re.M)  # only the methods asked for
+    assert re.search(r"generation\s+harness\s+[\d.]+ ms\s+plain\s+[\d.]+ ms", out)
+    assert re.search(r"update\s+harness\s+[\d.]+ ms\s+plain\s+[\d.]+ ms", out)

@@ -8,6 +8,7 @@ import sys
 from .cli_bootstrap import add_bootstrap_commands
 from .cli_data import add_data_commands
 from .cli_leaderboard import add_leaderboard_commands
+from .cli_reproduce import add_reproduce_commands
 from .cli_train import add_train_commands
 
 
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_commands(sub)
     add_train_commands(sub)
     add_leaderboard_commands(sub)
+    add_reproduce_commands(sub)
     return parser
 
 

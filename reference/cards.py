@@ -22,7 +22,8 @@ A card file (``cards/<id>.yaml``; `load_cards` reads them all) holds::
                clip: {eps_low, eps_high} | unknown, aggregation, other?: {name: value}
     results:   - {table, benchmark, metric (pass@k, avg@k, maj@k, accuracy, ...), model,
                   verified, source?, note?, rows: {row label: number | {value, verified}}}
-    cpu_scale?:   {methods, budget (a shipped suite's name), seeds?, settings?: {dotted
+    cpu_scale?:   {methods, budget (a shipped suite whose settings the runs start from; the
+                   FLOP amount is planned by `creditbench reproduce`), seeds?, settings?: {dotted
                    run-config key: value}, method_options?: {method: {...}}, compare?, note?}
     paper_scale?: {model, hardware ("K x GPU with >= N GiB"), requires, tag, note?}
     notes?

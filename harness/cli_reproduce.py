@@ -1,0 +1,80 @@
+"""``creditbench reproduce CARD``: run a paper card's recipe at CPU or paper scale and write the
+paper's numbers beside ours (see :mod:`creditbench.harness.reproduce`).
+
+creditbench reproduce dapo                         # CPU scale, about 30 minutes
+creditbench reproduce dapo --dry-run               # the plan, nothing run
+creditbench reproduce dapo --scale paper --model-dir DIR --steps 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from .reproduce import ReproduceError, reproduce
+
+    try:
+        return reproduce(
+            args.card,
+            scale=args.scale,
+            results=args.results,
+            seeds=args.seeds,
+            minutes=args.minutes,
+            flops=args.budget,
+            steps=args.steps,
+            n_eval=args.n_eval,
+            workers=args.workers,
+            model_dir=args.model_dir,
+            task=args.task,
+            ignore_hardware=args.ignore_hardware,
+            overrides=args.overrides,
+            dry_run=args.dry_run,
+            reps=args.reps,
+        )
+    except ReproduceError as err:
+        print(f"creditbench reproduce: error: {err}", file=sys.stderr)
+        return 2
+
+
+def add_reproduce_commands(subparsers) -> None:
+    """Register ``reproduce`` on the main parser's subparsers."""
+    p = subparsers.add_parser(
+        "reproduce", help="run a paper card's recipe and compare with the paper's table"
+    )
+    p.add_argument("card", help="a card id of reference/cards/ (e.g. dapo, drgrpo, gspo)")
+    p.add_argument(
+        "--scale",
+        choices=("cpu", "paper"),
+        help="cpu: the testbed; paper: the full recipe (default: paper with a CUDA GPU, else cpu)",
+    )
+    p.add_argument("--results", help="results folder (default: runs/reproduce-CARD)")
+    p.add_argument("--seeds", type=int, help="seeds per method (default: the card's, 3)")
+    p.add_argument(
+        "--minutes", type=float, help="cpu: the wall-clock time to plan the budget for (30)"
+    )
+    p.add_argument("--budget", type=float, help="FLOPs per run, instead of the planned budget")
+    p.add_argument("--steps", type=int, help="paper: optimizer steps per run")
+    p.add_argument("--n-eval", type=int, help="evaluation problems (eval.n_problems)")
+    p.add_argument("--workers", type=int, help="cpu: parallel runs (default: one per core)")
+    p.add_argument("--model-dir", help="paper: a local copy of the paper's model")
+    p.add_argument("--task", help="paper: the task when the card's training data is not ours")
+    p.add_argument(
+        "--ignore-hardware",
+        action="store_true",
+        help="paper: try on fewer or smaller GPUs than the card estimates",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field of every run (repeatable)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan and the runs, run nothing"
+    )
+    p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.set_defaults(func=_cmd_reproduce)

@@ -240,6 +240,9 @@ def build_blocks(
                     "AUROC or filler entropy.",
                 )
             )
+        resets = sorted(set(frame["method"]) & {"rrpo", "srpo"})
+        if resets:
+            blocks.append(("p", RESET_MATCHING.format(methods=" and ".join(resets))))
         matching = [p for p in papers if p["task"] == key[0]]
         if matching:
             blocks.append(("h3", "Reported by the paper"))
@@ -339,6 +342,16 @@ def to_html(blocks: list[tuple], figures: dict[str, bytes], title: str) -> str:
             out.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in body[0]) + "</ul>")
     out += ["</body>", "</html>", ""]
     return "\n".join(out)
+
+
+RESET_MATCHING = (
+    "Compute matching of {methods}: this table compares at equal FLOPs, so the failed parent, "
+    "the discarded fresh attempts and the localisation call are paid from the same budget as "
+    "the trained responses. The resets paper matches compute differently, by trained sequences "
+    "per prompt (8 for every method: GRPO with 8 responses, RRPO/SRPO with 4 fresh and 4 "
+    "continuations); `fresh_per_prompt` in each run's metrics.jsonl gives the fresh attempts "
+    "they needed."
+)
 
 
 # ---------------------------------------------------------------------------------------------

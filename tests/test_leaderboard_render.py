@@ -302,3 +302,18 @@ def test_provenance_names_the_commits_and_packages_of_the_runs(tmp_path):
     assert "1 with uncommitted changes" in text
     assert "torch 2.1" in text
     assert provenance(tmp_path, ["d"]) == "No run records its environment."
+
+
+def test_reset_methods_carry_the_compute_matching_note(tmp_path, monkeypatch):
+    for table, value in ((SLOPE, 0.15), (CREDIT_AUROC, 0.55), (FILLER_DRIFT, -0.1)):
+        monkeypatch.setitem(table, "srpo", value)
+    root = tmp_path / "results"
+    for seed in range(2):
+        make_run(root, f"grpo-s{seed}", "grpo", seed)
+    render(root, tmp_path / "without", reps=50)
+    assert "Compute matching" not in (tmp_path / "without" / "leaderboard.md").read_text()
+    for seed in range(2):
+        make_run(root, f"srpo-s{seed}", "srpo", seed)
+    render(root, tmp_path / "with", reps=50)
+    text = (tmp_path / "with" / "leaderboard.md").read_text()
+    assert "Compute matching of srpo: this table compares at equal FLOPs" in text

@@ -34,8 +34,8 @@ from .rollout import (
     sample_responses,
     score_responses,
 )
+from .scorers import Scorers
 
-MODELS = ("policy", "reference", "teacher", "ema")
 NEEDS_RESPONSE = ("localize", "repair")  # prompt variants built around a response
 
 
@@ -47,18 +47,6 @@ def sequence_lengths(response_ids: Tensor, eos_id: int, pad_id: int) -> Tensor:
     if pad_id == eos_id:
         return first_eos
     return torch.where(has_eos, first_eos, (response_ids != pad_id).sum(-1))
-
-
-@torch.no_grad()
-def ema_update_(average, model, rate: float) -> None:
-    """``θ_avg ← (1 − rate)·θ_avg + rate·θ`` in place, parameter by parameter; buffers are
-    copied. ``average`` is a copy of ``model`` (same parameter names; tied weights once)."""
-    params = dict(model.named_parameters())
-    for name, param in average.named_parameters():
-        param.lerp_(params[name].detach().to(param.dtype), rate)
-    buffers = dict(model.named_buffers())
-    for name, buffer in average.named_buffers():
-        buffer.copy_(buffers[name])
 
 
 class HarnessServices:
@@ -100,11 +88,7 @@ class HarnessServices:
         self.micro_batch_size = micro_batch_size
         self.seed = seed
         self.reference = reference
-        self._teacher_loader = teacher_loader
-        self._teacher = None
-        self._teacher_meter = None
-        self._ema = None  # the policy's weight average, made by track_ema (SDPO's teacher)
-        self._ema_rate = 0.0
+        self.scorers = Scorers(policy, meter, reference, teacher_loader)
         self.sampler = sampler
         self.train_problems = list(task.problems("train"))
         self.step_checked = hasattr(task, "first_wrong_step")
@@ -419,26 +403,25 @@ class HarnessServices:
     # --- scoring ----------------------------------------------------------------------------
 
     def _model(self, name: str):
-        if name == "policy":
-            return self.policy
-        if name == "reference":
-            if self.reference is None:
-                raise ValueError("no reference model in this run (set train.reference_model=true)")
-            return self.reference
-        if name == "teacher":
-            if self._teacher is None:
-                if self._teacher_loader is None:
-                    raise ValueError("this task has no teacher model")
-                from .budget import BudgetMeter
+        return self.scorers.get(name)
 
-                self._teacher = self._teacher_loader()
-                self._teacher_meter = BudgetMeter.for_model(self._teacher)
-            return self._teacher
-        if name == "ema":
-            if self._ema is None:
-                raise ValueError("model: ema needs track_ema(rate) first (no average kept yet)")
-            return self._ema
-        raise ValueError(f"model: must be one of {', '.join(MODELS)} (got {name!r})")
+    def _prompt_layout(self, batch: RolloutBatch, prompts: Sequence[str] | None):
+        """``(prompt_ids, prompt_mask)`` of the batch's own prompts, or of one text per row."""
+        if prompts is None:
+            return batch.prompt_ids, batch.prompt_mask
+        if len(prompts) != batch.size:
+            raise ValueError(f"prompts: need one per row ({batch.size}), got {len(prompts)}")
+        tokens = encode(self.tokenizer, prompts)
+        prompt_ids, prompt_mask, _, _ = pad_layout(
+            tokens, [[] for _ in tokens], self.tokenizer.pad_token_id
+        )
+        return prompt_ids, prompt_mask
+
+    def _charge_scoring(self, model: str, batch: RolloutBatch, prompt_mask: Tensor) -> None:
+        lengths = prompt_mask.sum(-1).long() + sequence_lengths(
+            batch.response_ids, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        )
+        self.scorers.charge_forward(model, lengths)
 
     def score(
         self, batch: RolloutBatch, prompts: Sequence[str] | None = None, model: str = "policy"
@@ -448,20 +431,13 @@ class HarnessServices:
         Args:
             prompts: one prompt text per row to score the responses under instead of the
                 batch's own prompts (an oracle hint, a semifactual rewrite).
-            model: ``policy``, ``reference`` (frozen initial policy) or ``teacher``.
+            model: ``policy``, ``reference`` (frozen initial policy), ``teacher`` or ``ema``
+                (see :class:`~creditbench.harness.scorers.Scorers`).
 
         Zero where ``batch.response_mask`` is 0. Charged as a forward pass of that model.
         """
         scorer = self._model(model)
-        if prompts is None:
-            prompt_ids, prompt_mask = batch.prompt_ids, batch.prompt_mask
-        else:
-            if len(prompts) != batch.size:
-                raise ValueError(f"prompts: need one per row ({batch.size}), got {len(prompts)}")
-            tokens = encode(self.tokenizer, prompts)
-            prompt_ids, prompt_mask, _, _ = pad_layout(
-                tokens, [[] for _ in tokens], self.tokenizer.pad_token_id
-            )
+        prompt_ids, prompt_mask = self._prompt_layout(batch, prompts)
         started = time.perf_counter()
         logprobs = score_responses(
             scorer,
@@ -472,34 +448,14 @@ class HarnessServices:
             micro_batch_size=self.micro_batch_size,
             temperature=self.rollout_config.temperature,
         )
-        lengths = prompt_mask.sum(-1).long() + sequence_lengths(
-            batch.response_ids, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        )
-        if model == "teacher":
-            flops = self._teacher_meter.charge_forward_batch(lengths)
-            self._charge_foreign(flops, int(lengths.sum()))
-        else:
-            self.meter.charge_forward_batch(lengths)
+        self._charge_scoring(model, batch, prompt_mask)
         self.seconds["scoring"] += time.perf_counter() - started
         return logprobs
 
     def track_ema(self, rate: float) -> None:
-        """Keep an exponential moving average of the policy's weights, scored as ``model="ema"``.
-
-        The first call copies the policy as it is then (before the first update: the initial
-        policy); after every optimizer step :meth:`on_policy_updated` moves the copy
-        ``θ_ema ← (1 − rate)·θ_ema + rate·θ`` (SDPO's teacher). ``rate`` 0 keeps it frozen.
-        Calling again only sets the rate. The averaging itself is not charged (no forward);
-        scoring with it is, like a policy forward. The average is not checkpointed: a resumed
-        run starts it again from the policy it resumes with.
-        """
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"rate: must be in [0, 1] (got {rate!r})")
-        if self._ema is None:
-            import copy
-
-            self._ema = copy.deepcopy(self.policy).requires_grad_(False)
-        self._ema_rate = float(rate)
+        """Keep an exponential moving average of the policy, scored as ``model="ema"``
+        (SDPO's teacher); see :meth:`Scorers.track_ema`."""
+        self.scorers.track_ema(rate)
 
     def distribution(
         self,
@@ -531,15 +487,7 @@ class HarnessServices:
         if grad and model != "policy":
             raise ValueError(f"grad: only the policy is trained (got model={model!r})")
         scorer = self._model(model)
-        if prompts is None:
-            prompt_ids, prompt_mask = batch.prompt_ids, batch.prompt_mask
-        else:
-            if len(prompts) != batch.size:
-                raise ValueError(f"prompts: need one per row ({batch.size}), got {len(prompts)}")
-            tokens = encode(self.tokenizer, prompts)
-            prompt_ids, prompt_mask, _, _ = pad_layout(
-                tokens, [[] for _ in tokens], self.tokenizer.pad_token_id
-            )
+        prompt_ids, prompt_mask = self._prompt_layout(batch, prompts)
         temperature = self.rollout_config.temperature
         started = time.perf_counter()
         out_lp, out_ix = [], []
@@ -559,30 +507,12 @@ class HarnessServices:
                 mask = batch.response_mask[rows].to(logp.device).unsqueeze(-1)
                 out_lp.append((logp.gather(-1, index) * mask).cpu())
                 out_ix.append((index * mask.long()).cpu())
-        lengths = prompt_mask.sum(-1).long() + sequence_lengths(
-            batch.response_ids, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        )
-        if model == "teacher":
-            flops = self._teacher_meter.charge_forward_batch(lengths)
-            self._charge_foreign(flops, int(lengths.sum()))
-        else:
-            self.meter.charge_forward_batch(lengths)
+        self._charge_scoring(model, batch, prompt_mask)
         self.seconds["scoring"] += time.perf_counter() - started
         return torch.cat(out_lp), torch.cat(out_ix)
-
-    def _charge_foreign(self, flops: int, tokens: int) -> None:
-        """Charge a forward of a model of another size (priced by its own meter)."""
-        if getattr(self.meter, "_suspended", 0):
-            return
-        self.meter.flops += flops
-        self.meter.flops_by_category["scoring"] = (
-            self.meter.flops_by_category.get("scoring", 0) + flops
-        )
-        self.meter.forward_tokens += tokens
 
     def on_policy_updated(self) -> None:
         """Called by the trainer after each optimizer step (pushes weights to a vLLM sampler)."""
         if self.sampler is not None:
             self.sampler.load_weights(self.policy)
-        if self._ema is not None:
-            ema_update_(self._ema, self.policy, self._ema_rate)
+        self.scorers.after_update()

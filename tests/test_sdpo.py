@@ -8,7 +8,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditbench.harness.services import HarnessServices, ema_update_
+from creditbench.harness.scorers import ema_update_
+from creditbench.harness.services import HarnessServices
 from creditbench.methods.oppo import evidence
 from creditbench.methods.registry import get_method
 from creditbench.methods.sdpo import (

@@ -27,8 +27,9 @@ Deviations:
       stand in for the paper's offline GPT-written paraphrase / typo / scenario / irrelevant-
       context rewrites; each keeps every number and the answer.
     - ``n0_steps`` = 2: the paper's N0 is 20% of training (120 of 600, 200 of 1,000 policy
-      steps); 2 is 20% of the quick suite's ~10 steps (use 8 under the standard suite's 4x
-      budget). It counts trainer steps, one optimizer step each under the default
+      steps); 2 is about a third of the 6 steps SCAPO gets in the quick suite (its extra
+      passes buy fewer steps than GRPO's 8); use about 15 under the standard suite's 10x
+      budget. It counts trainer steps, one optimizer step each under the default
       ``train.minibatches=1``; the paper's two mini-batches per rollout step make its N0 even,
       so its switch also falls on a rollout-step boundary.
     - ``zscore_std`` = population, ``zscore_eps`` = 1e-6 (the paper gives neither); the group

@@ -354,17 +354,19 @@ class Trainer:
             credit = credit_diagnostics(advantages, mask, first_wrong, batch.rewards)
             record.update({k: None if math.isnan(v) else v for k, v in credit.items()})
         # Token gradient cancellation of the step's first update, at the behaviour policy (the
-        # loss's gradient on token log-probs, no model pass): leaderboard.cancellation.
-        cancel = loss_cancellation(
-            lambda logprobs: self.method.loss(logprobs, batch, advantages)[0],
-            batch.old_logprobs,
-            advantages,
-            batch.response_ids,
-            mask,
-            batch.group_ids,
-            batch.prompt_ids,
-            batch.prompt_mask,
-        )
+        # loss's gradient on token log-probs): leaderboard.cancellation. A measurement, so a
+        # loss that runs a model pass of its own (SDPO's top-K) is not charged for it here.
+        with self.meter.outside_budget():
+            cancel = loss_cancellation(
+                lambda logprobs: self.method.loss(logprobs, batch, advantages)[0],
+                batch.old_logprobs,
+                advantages,
+                batch.response_ids,
+                mask,
+                batch.group_ids,
+                batch.prompt_ids,
+                batch.prompt_mask,
+            )
         record.update({k: v if v == v else None for k, v in cancel.items()})  # NaN -> None
         record["time"] = timing
         return record

@@ -36,9 +36,9 @@ from creditbench.methods.scapo import REWRITES, token_drift
 
 from .rollout import (
     Samples,
+    assemble_samples,
     autocast_for,
     cut_at_eos,
-    decode_responses,
     derive_seed,
     encode,
     pad_layout,
@@ -239,17 +239,8 @@ class DriftSampler:
                 rows_prompt.append(prompt_tokens[start + j // n])
                 rows_response.append(kept)
                 rows_truncated.append(truncated)
-        prompt_ids, prompt_mask, response_ids, response_mask = pad_layout(
-            rows_prompt, rows_response, pad_id
-        )
-        lengths = response_mask.sum(-1).long()
-        return Samples(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            response_ids=response_ids,
-            response_mask=response_mask,
-            truncated=torch.tensor(rows_truncated, dtype=torch.bool),
-            prompt_index=torch.arange(len(prompts)).repeat_interleave(n),
-            new_tokens=lengths,
-            texts=decode_responses(tokenizer, response_ids, lengths),
+        new_tokens = [len(row) for row in rows_response]  # no prefixes: every token is new
+        prompt_index = torch.arange(len(prompts)).repeat_interleave(n)
+        return assemble_samples(
+            tokenizer, rows_prompt, rows_response, rows_truncated, new_tokens, prompt_index
         )

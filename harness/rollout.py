@@ -137,6 +137,34 @@ def decode_responses(tokenizer, response_ids: Tensor, response_lengths: Tensor) 
     return texts
 
 
+def assemble_samples(
+    tokenizer,
+    prompt_rows: Sequence[Sequence[int]],
+    response_rows: Sequence[Sequence[int]],
+    truncated: Sequence[bool],
+    new_tokens: Sequence[int],
+    prompt_index: Tensor,
+) -> Samples:
+    """Pad one row per response (its prompt's token ids and its own) into a :class:`Samples`.
+
+    ``new_tokens`` counts the tokens each row generated (a given prefix is part of the response
+    but not generated); ``prompt_index`` ``[B]`` names each row's prompt.
+    """
+    prompt_ids, prompt_mask, response_ids, response_mask = pad_layout(
+        prompt_rows, response_rows, tokenizer.pad_token_id
+    )
+    return Samples(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=response_ids,
+        response_mask=response_mask,
+        truncated=torch.tensor(list(truncated), dtype=torch.bool),
+        prompt_index=prompt_index,
+        new_tokens=torch.tensor(list(new_tokens), dtype=torch.long),
+        texts=decode_responses(tokenizer, response_ids, response_mask.sum(-1).long()),
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Sampling with transformers
 # --------------------------------------------------------------------------------------------
@@ -210,19 +238,9 @@ def sample_responses(
             rows_response.append(prefix_tokens[i] + kept)
             rows_truncated.append(truncated)
             rows_new.append(len(kept))
-    prompt_ids, prompt_mask, response_ids, response_mask = pad_layout(
-        rows_prompt, rows_response, pad_id
-    )
-    lengths = response_mask.sum(-1).long()
-    return Samples(
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_mask,
-        response_ids=response_ids,
-        response_mask=response_mask,
-        truncated=torch.tensor(rows_truncated, dtype=torch.bool),
-        prompt_index=torch.arange(len(prompts)).repeat_interleave(n),
-        new_tokens=torch.tensor(rows_new, dtype=torch.long),
-        texts=decode_responses(tokenizer, response_ids, lengths),
+    prompt_index = torch.arange(len(prompts)).repeat_interleave(n)
+    return assemble_samples(
+        tokenizer, rows_prompt, rows_response, rows_truncated, rows_new, prompt_index
     )
 
 
@@ -379,17 +397,7 @@ class VLLMBackend:
                 rows_response.append(prefix_tokens[i] + kept)
                 rows_truncated.append(truncated)
                 rows_new.append(len(kept))
-        prompt_ids, prompt_mask, response_ids, response_mask = pad_layout(
-            rows_prompt, rows_response, tokenizer.pad_token_id
-        )
-        lengths = response_mask.sum(-1).long()
-        return Samples(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            response_ids=response_ids,
-            response_mask=response_mask,
-            truncated=torch.tensor(rows_truncated, dtype=torch.bool),
-            prompt_index=torch.arange(len(prompts)).repeat_interleave(n),
-            new_tokens=torch.tensor(rows_new, dtype=torch.long),
-            texts=decode_responses(tokenizer, response_ids, lengths),
+        prompt_index = torch.arange(len(prompts)).repeat_interleave(n)
+        return assemble_samples(
+            tokenizer, rows_prompt, rows_response, rows_truncated, rows_new, prompt_index
         )

@@ -26,8 +26,8 @@ from creditbench.methods.core import RolloutBatch
 
 from .rollout import (
     Samples,
+    assemble_samples,
     cut_at_eos,
-    decode_responses,
     derive_seed,
     encode,
     pad_layout,
@@ -316,18 +316,8 @@ class HarnessServices:
             tokens, cut = cut_at_eos(tokens, eos, pad)
             rows.append(tokens)
             truncated.append(cut)
-        prompt_ids, prompt_mask, response_ids, response_mask = pad_layout(prompts, rows, pad)
-        samples = Samples(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            response_ids=response_ids,
-            response_mask=response_mask,
-            truncated=torch.tensor(truncated),
-            prompt_index=torch.arange(index.numel()),
-            new_tokens=torch.zeros(index.numel(), dtype=torch.long),
-            texts=decode_responses(
-                self.tokenizer, response_ids, torch.tensor([len(r) for r in rows])
-            ),
+        samples = assemble_samples(  # nothing generated: no new tokens to charge
+            self.tokenizer, prompts, rows, truncated, [0] * len(rows), torch.arange(len(rows))
         )
         return self._to_batch(samples, index, group_offset=0)
 

@@ -349,10 +349,10 @@ class Trainer:
             }
         )
         record.update({key: float(value) for key, value in stats.items()})
+        diagnostics: dict[str, float] = {}
         first_wrong = batch.extras.get("first_wrong_mask")
         if first_wrong is not None:  # step ground truth: does the method blame the right tokens?
-            credit = credit_diagnostics(advantages, mask, first_wrong, batch.rewards)
-            record.update({k: None if math.isnan(v) else v for k, v in credit.items()})
+            diagnostics.update(credit_diagnostics(advantages, mask, first_wrong, batch.rewards))
         # Token gradient cancellation of the step's first update, at the behaviour policy (the
         # loss's gradient on token log-probs): leaderboard.cancellation. A measurement, so a
         # loss that runs a model pass of its own (SDPO's top-K) is not charged for it here.
@@ -367,7 +367,9 @@ class Trainer:
                 batch.prompt_ids,
                 batch.prompt_mask,
             )
-        record.update({k: v if v == v else None for k, v in cancel.items()})  # NaN -> None
+        diagnostics.update(cancel)
+        # JSON has no NaN: an undefined diagnostic (no failed response, no shared token) is null
+        record.update({k: None if math.isnan(v) else v for k, v in diagnostics.items()})
         record["time"] = timing
         return record
 

@@ -8,7 +8,8 @@ fields):
 - the oracle - GRPO difference of the final sampled accuracy and of the area under the
   accuracy-versus-budget curve, with a paired 95% bootstrap interval over seeds (seed ``s`` of
   both methods starts from the same base policy and draws the same first prompts, so the
-  difference of a pair removes the variation they share), and whether the interval excludes 0;
+  difference of a pair removes the variation they share), and whether the interval lies above 0
+  (oracle credit ahead beyond noise) or below it (GRPO ahead beyond noise);
 - per method, the drift of entropy on the filler tokens (last training step minus first): the
   spurious updates uniform credit makes on tokens that never affect the reward;
 - per method, the credit precision (share of negative credit on the first wrong step) and its
@@ -82,6 +83,7 @@ def validation_table(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) ->
             row[f"{name}_low"], row[f"{name}_high"] = interval.low, interval.high
             row[f"{name}_pairs"] = interval.n
             row[f"{name}_separates"] = bool(interval.n >= 2 and interval.low > 0)
+            row[f"{name}_reversed"] = bool(interval.n >= 2 and interval.high < 0)
         rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:
@@ -134,24 +136,33 @@ def validation_markdown(results_dir: str | Path, *, reps: int = 2000) -> str:
     for r in rows.itertuples():
         final_gap = f"{_fmt(r.final_gap)} [{_fmt(r.final_low)}, {_fmt(r.final_high)}]"
         auc_gap = f"{_fmt(r.auc_gap)} [{_fmt(r.auc_low)}, {_fmt(r.auc_high)}]"
-        star = lambda yes: " *" if yes else ""  # noqa: E731
+        mark = lambda ahead, behind: " *" if ahead else (" †" if behind else "")  # noqa: E731
         lines.append(
             f"| {r.options} | {r.setting} | {r.final_pairs} "
             f"| {r.final_grpo:.3f} | {r.final_oracle:.3f} "
-            f"| {final_gap}{star(r.final_separates)} | {auc_gap}{star(r.auc_separates)} "
+            f"| {final_gap}{mark(r.final_separates, r.final_reversed)} "
+            f"| {auc_gap}{mark(r.auc_separates, r.auc_reversed)} "
             f"| {_fmt(r.drift_grpo)} | {_fmt(r.drift_oracle)} "
             f"| {r.precision_grpo:.3f} / {r.precision_oracle:.3f} / {r.credit_chance:.3f} |"
         )
-    lines += ["", "`*`: the interval excludes zero.", ""]
+    lines += [
+        "",
+        "`*`: the interval lies above zero (oracle credit ahead); `†`: below zero (GRPO ahead).",
+        "",
+    ]
     separating = rows[rows["final_separates"] | rows["auc_separates"]]
     if len(separating):
         where = ", ".join(f"{r.options} {r.setting}" for r in separating.itertuples())
         lines.append(f"**Separates:** oracle credit is ahead of GRPO beyond noise at: {where}.")
     else:
         lines.append(
-            "**Does not separate:** no setting's interval excludes zero, for the final "
-            "accuracy or the AUC."
+            "**Does not separate:** in no setting does the interval lie above zero (oracle "
+            "credit ahead), for the final accuracy or the AUC."
         )
+    reversed_ = rows[rows["final_reversed"] | rows["auc_reversed"]]
+    if len(reversed_):
+        where = ", ".join(f"{r.options} {r.setting}" for r in reversed_.itertuples())
+        lines.append(f"**Reversed:** GRPO is ahead of oracle credit beyond noise at: {where}.")
     setting, trend = length_trend(rows)
     if len(trend) >= 2:
         gaps = [gap for _, gap in trend]

@@ -95,3 +95,23 @@ def test_validate_report_only_on_a_folder_without_runs(tmp_path, capsys):
     assert main(["validate", "--report-only", "--results", str(tmp_path / "missing")]) == 2
     assert "--results" in capsys.readouterr().err
     assert "Does not separate" not in validation_markdown(tmp_path)
+
+
+def test_grpo_ahead_beyond_noise_is_reported_not_hidden(monkeypatch, tmp_path):
+    grpo_final = [0.30, 0.50, 0.40, 0.60, 0.35]
+    oracle_final = [x - 0.04 for x in grpo_final]  # seed by seed behind
+    table = pd.DataFrame(
+        run_rows("steps=4", "prompts_per_step=4", "grpo", grpo_final, grpo_final)
+        + run_rows("steps=4", "prompts_per_step=4", "oracle", oracle_final, grpo_final)
+    )
+    (row,) = validation_table(table, reps=500).itertuples()
+    assert row.final_reversed and not row.final_separates
+    assert not row.auc_reversed and not row.auc_separates  # equal AUCs: no gap either way
+
+    from creditbench.leaderboard import validation
+
+    monkeypatch.setattr(validation, "collect_runs", lambda _: (table, []))
+    report = validation_markdown(tmp_path, reps=500)
+    assert "-0.040 [-0.040, -0.040] †" in report
+    assert "**Reversed:** GRPO is ahead of oracle credit beyond noise at: steps=4" in report
+    assert "**Does not separate:**" in report  # nothing is ahead in oracle's favour

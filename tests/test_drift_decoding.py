@@ -19,6 +19,7 @@ from creditbench.harness.drift_decoding import (
     drift_mask,
     filtered_logprobs,
 )
+from creditbench.harness.policy_cache import read_manifest
 from creditbench.harness.rollout import sample_responses
 from creditbench.methods.scapo import token_drift
 
@@ -181,7 +182,10 @@ def test_a_task_without_rewrites_is_refused() -> None:
 
 
 def shipped_base() -> Path:
-    return sorted((Path(harness_pkg.__file__).parent / "assets" / "base").iterdir())[0]
+    """The shipped base policy of the default task (other chain lengths ship beside it)."""
+    shipped = sorted((Path(harness_pkg.__file__).parent / "assets" / "base").iterdir())
+    (default,) = [p for p in shipped if read_manifest(p)["material"]["task_options"] == {}]
+    return default
 
 
 def test_eval_with_the_drift_filter_end_to_end(capsys) -> None:

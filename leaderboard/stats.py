@@ -164,12 +164,17 @@ def probability_of_improvement(x, y) -> float:
 
 
 def position(x: float | None, x_grpo: float | None, x_oracle: float | None) -> float | None:
-    """Where ``x`` lies between GRPO (0) and oracle credit (1); None when undefined."""
+    """Where ``x`` lies between GRPO (0) and oracle credit (1); None when undefined.
+
+    Undefined also when oracle credit is not ahead of GRPO (on short chains it can be behind):
+    the scale would run backwards, and "0.5" would read as halfway to a bound that is below
+    the baseline.
+    """
     values = (x, x_grpo, x_oracle)
     if any(v is None or not math.isfinite(v) for v in values):
         return None
     span = x_oracle - x_grpo  # type: ignore[operator]
-    if abs(span) < POSITION_TOLERANCE:
+    if span < POSITION_TOLERANCE:
         return None
     return (x - x_grpo) / span  # type: ignore[operator]
 

@@ -43,7 +43,7 @@ def test_position_between_grpo_and_oracle():
     assert position(0.4, 0.4, 0.8) == pytest.approx(0.0)
     assert position(0.8, 0.4, 0.8) == pytest.approx(1.0)
     assert position(0.2, 0.4, 0.8) == pytest.approx(-0.5)  # worse than GRPO
-    assert position(0.5, 0.6, 0.4) == pytest.approx(0.5)  # oracle below GRPO still scales
+    assert position(0.5, 0.6, 0.4) is None  # oracle behind GRPO: the scale would run backwards
     assert position(0.5, 0.4, 0.4 + 1e-9) is None  # ends equal: undefined
     assert position(0.5, None, 0.8) is None
     assert position(math.nan, 0.4, 0.8) is None

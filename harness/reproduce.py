@@ -53,11 +53,13 @@ from .reproduce_recipe import (
 
 __all__ = ["BudgetPlan", "Plan", "ReproduceError", "cpu_plan", "paper_plan", "reproduce"]
 
-# Throughput of one bench worker on the tiny preset, in metered FLOPs: the quick
-# suite's GRPO runs spent 3.1e12 FLOPs in 90-106 s of step time (generation, scoring and
-# update together), and one evaluation of 1000 generations (4.9e11 FLOPs) took about 33 s.
-STEP_FLOPS_PER_SECOND = 3.0e10
-EVAL_FLOPS_PER_SECOND = 1.5e10
+# Throughput of one bench worker (one thread, two workers on a 2-core machine) on the tiny
+# preset, in metered FLOPs per second of step time (generation, scoring and update together):
+# 1.86e10-2.13e10, median 1.99e10, over the six runs of a `creditbench reproduce dapo` at
+# 1.6e13 FLOPs each, and 1.86e10 for the quick suite's GRPO run. Their three evaluations
+# took 40 s (median), 1.7 times what the earlier constant of 1.5e10 planned.
+STEP_FLOPS_PER_SECOND = 2.0e10
+EVAL_FLOPS_PER_SECOND = 9.0e9
 RUN_OVERHEAD_SECONDS = 20.0  # process start, imports, model load, checkpoints
 DEFAULT_MINUTES = 30.0
 SCALES = ("cpu", "paper")

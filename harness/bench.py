@@ -21,10 +21,16 @@ Each run is a ``creditbench train`` subprocess with its threads set explicitly, 
 ``RESULTS/<run name>/``. Finished runs (``summary.json``) are skipped and interrupted ones resume
 from their last checkpoint, so the command can be rerun after any interruption. Every run's
 config is validated, and each distinct base policy is built once, before any worker starts.
+
+A suite too long for one sitting can be split across machines or days: ``--only GLOB``
+(repeatable) runs just the runs whose names match, into the same results folder, and
+``RESULTS/suite-<name>.json`` lists every run of the suite, so the leaderboard can say how much
+of it the folder holds.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import json
 import os
@@ -176,6 +182,32 @@ def run_config(run: Run, results: Path):
     return load_config(None, [*base, *run.overrides])
 
 
+def select_runs(runs: list[Run], patterns: list[str]) -> list[Run]:
+    """The runs whose names match a glob in ``patterns`` (all runs when there are none), in the
+    order of the first pattern each matches, so ``--only '*-grpo-*' --only '*'`` runs GRPO first.
+    """
+    if not patterns:
+        return runs
+    matches = [r for p in patterns for r in runs if fnmatch.fnmatchcase(r.name, p)]
+    selected = list({r.name: r for r in matches}.values())  # a dict keeps first insertions
+    if not selected:
+        example = runs[0].name if runs else "none"
+        raise SuiteError(
+            f"--only: {', '.join(patterns)} matches no run of the suite (names look like {example})"
+        )
+    return selected
+
+
+def write_manifest(results_dir: Path, path: Path, runs: list[Run]) -> None:
+    """Record every run of the suite, so a partly run folder says what it is missing."""
+    from .rundir import atomic_write_text
+
+    results_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {"suite": path.stem, "runs": [{"name": r.name, "setting": r.label} for r in runs]}
+    text = json.dumps(manifest, indent=1) + "\n"
+    atomic_write_text(results_dir / f"suite-{path.stem}.json", text)
+
+
 def default_workers() -> tuple[int, int]:
     """(workers, threads per worker): one single-threaded worker per core on a CPU."""
     cores = os.cpu_count() or 1
@@ -205,8 +237,11 @@ def run_suite(
     results: str | None = None,
     dry_run: bool = False,
     overrides: list[str] = (),
+    only: list[str] = (),
+    threads: int | None = None,
 ) -> int:
-    """Run every run of a suite; print a summary table and render the leaderboard."""
+    """Run every run of a suite (or those matching ``only``); print a summary, render the
+    leaderboard."""
     from tqdm.auto import tqdm
 
     from .config import ConfigError
@@ -218,31 +253,38 @@ def run_suite(
     results_dir = Path(results or f"runs/bench-{path.stem}")
     if workers is not None and workers < 1:
         raise SuiteError(f"--workers: must be >= 1 (got {workers})")
+    if threads is not None and threads < 1:
+        raise SuiteError(f"--threads: must be >= 1 (got {threads})")
+    selected = select_runs(runs, list(only))
     cores = os.cpu_count() or 1
     workers = workers or default_workers()[0]
-    threads = max(1, cores // workers)
+    threads = threads or max(1, cores // workers)
     trainers = {}
-    for run in runs:
+    for run in selected:
         try:
             trainers[run.name] = Trainer(run_config(run, results_dir))
         except ConfigError as err:
             raise SuiteError(f"{path}: run {run.name}: {err}") from None
-    pending = [r for r in runs if not RunDir(results_dir / r.name).is_finished()]
+    finished = {r.name for r in runs if RunDir(results_dir / r.name).is_finished()}
+    pending = [r for r in selected if r.name not in finished]
+    chosen = f", {len(selected)} selected by --only" if only else ""
     print(
-        f"suite {path.stem}: {len(runs)} runs, {len(runs) - len(pending)} finished, "
+        f"suite {path.stem}: {len(runs)} runs{chosen}, {len(finished)} finished, "
         f"{len(pending)} to run on {workers} workers x {threads} threads -> {results_dir}"
     )
     if dry_run:
-        for run in runs:
+        for run in selected:
             state = (
                 "done"
-                if run not in pending
+                if run.name in finished
                 else ("resume" if (results_dir / run.name / "config.yaml").exists() else "new")
             )
             print(f"  [{state:>6}] {run.name}")
         return 0
+    write_manifest(results_dir, path, runs)
     _prepare_base_policies([trainers[r.name] for r in pending])
-    failed = _run_workers(pending, results_dir, workers, threads, len(runs) - len(pending), tqdm)
+    done = len(selected) - len(pending)
+    failed = _run_workers(pending, results_dir, workers, threads, done, tqdm)
     _print_table(runs, results_dir)
     if failed:
         print(

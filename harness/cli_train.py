@@ -225,6 +225,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             results=args.results,
             dry_run=args.dry_run,
             overrides=args.overrides,
+            only=args.only,
+            threads=args.threads,
         )
     except SuiteError as err:
         return _fail("bench", str(err))
@@ -298,6 +300,14 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, help="parallel runs (default: sized to the machine)")
     p.add_argument("--results", help="results folder (default: runs/bench-SUITE)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="run only the runs whose names match (repeatable), e.g. 'chain-steps=8-*-s0'",
+    )
+    p.add_argument("--threads", type=int, help="torch threads per run (default: cores / workers)")
     p.add_argument(
         "--set",
         dest="overrides",

@@ -278,3 +278,33 @@ def collect_runs(results_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
         table = pd.DataFrame(columns=front)
     rest = [c for c in table.columns if c not in front]
     return table[front + rest], warnings
+
+
+def suite_coverage(results_dir: str | Path, finished: set[str]) -> list[str]:
+    """One sentence per suite manifest (``suite-<name>.json``, written by ``creditbench bench``)
+    in the folder: how many of the suite's runs are among ``finished`` (run folder names), by
+    setting when the suite is incomplete. An unreadable manifest gives a sentence saying so."""
+    sentences = []
+    for path in sorted(Path(results_dir).glob("suite-*.json")):
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+            name = str(manifest["suite"])
+            runs = [(str(r["name"]), str(r["setting"])) for r in manifest["runs"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            sentences.append(f"{path.name}: unreadable suite manifest, coverage unknown.")
+            continue
+        done = sum(run in finished for run, _ in runs)
+        if done == len(runs):
+            sentences.append(f"Suite {name}: all {len(runs)} runs finished.")
+            continue
+        by_setting: dict[str, list[int]] = {}
+        for run, setting in runs:
+            counts = by_setting.setdefault(setting, [0, 0])
+            counts[0] += run in finished
+            counts[1] += 1
+        parts = ", ".join(f"{s} {d}/{n}" for s, (d, n) in by_setting.items())
+        sentences.append(
+            f"Suite {name}: {done} of {len(runs)} runs finished ({parts}); a partial snapshot: "
+            "its intervals and ranks use only the seeds present."
+        )
+    return sentences

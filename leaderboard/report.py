@@ -31,7 +31,7 @@ import pandas as pd
 from creditbench.harness.rundir import atomic_write_bytes, atomic_write_text
 
 from . import plots
-from .collect import collect_runs
+from .collect import collect_runs, suite_coverage
 from .papers import reported_results
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups, summarize
 
@@ -417,6 +417,9 @@ def render(
     figures = {name: png for name, png in drawn.items() if png is not None}
     name = root.resolve().name
     blocks = build_blocks(name, stats, papers, warnings, figures, n_runs)
+    finished = set(table.loc[table["kind"] == "run", "run"])
+    for position, sentence in enumerate(suite_coverage(root, finished), start=2):
+        blocks.insert(position, ("p", sentence))
     blocks.append(("h2", "Provenance"))
     blocks.append(("p", provenance(root, table["run"].unique())))
     texts = {

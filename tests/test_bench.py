@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from creditbench.harness.bench import SuiteError, expand_suite, load_suite, suite_path
+from creditbench.harness.bench import (
+    SuiteError,
+    expand_suite,
+    load_suite,
+    select_runs,
+    suite_path,
+)
 from creditbench.harness.cli import main
 from creditbench.harness.rundir import RunDir
 from creditbench.methods.registry import list_methods
@@ -59,6 +67,26 @@ def test_suite_errors_name_the_key(tmp_path):
     assert main(["bench", "--suite", "no-such-suite", "--dry-run"]) == 2
 
 
+def test_only_selects_runs_by_glob_in_the_order_of_the_patterns(capsys):
+    path = suite_path("standard")
+    runs = expand_suite(load_suite(path), path)
+    picked = select_runs(runs, ["chain-steps=8-oracle-s0", "chain-steps=8-*-s0"])
+    names = [r.name for r in picked]
+    assert names[0] == "chain-steps=8-oracle-s0"
+    assert len(names) == len(set(names)) == len(list_methods())  # every method once, seed 0
+    assert all(n.startswith("chain-steps=8-") and n.endswith("-s0") for n in names)
+    assert select_runs(runs, []) == runs
+    with pytest.raises(SuiteError, match="--only: nothing-\\* matches no run"):
+        select_runs(runs, ["nothing-*"])
+    argv = ["bench", "--suite", "standard", "--only", "chain-steps=12-grpo-s4", "--dry-run"]
+    assert main([*argv, "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "240 runs, 1 selected by --only" in out and "1 threads" in out
+    assert out.count("] chain-steps=") == 1 and "] chain-steps=12-grpo-s4" in out
+    assert main([*argv, "--threads", "0"]) == 2
+    assert main(["bench", "--suite", "standard", "--only", "x", "--dry-run"]) == 2
+
+
 @pytest.mark.slow
 def test_bench_runs_workers_and_skips_finished_runs(tmp_path, capsys):
     from creditbench.harness.bootstrap import task_alphabet
@@ -86,6 +114,13 @@ budget: {{unit: steps, amount: 2}}
 """
     )
     results = tmp_path / "results"
+    first = ["bench", "--suite", str(suite), "--results", str(results), "--only", "*-s1"]
+    assert main(first) == 0
+    assert RunDir(results / "chain-steps=2-train_size=32-eval_size=4-grpo-s1").is_finished()
+    assert not (results / "chain-steps=2-train_size=32-eval_size=4-grpo-s0").exists()
+    manifest = json.loads((results / "suite-tiny.json").read_text())
+    assert [r["name"][-2:] for r in manifest["runs"]] == ["s0", "s1"]
+    assert "Suite tiny: 1 of 2 runs finished" in (results / "leaderboard.md").read_text()
     assert main(["bench", "--suite", str(suite), "--workers", "2", "--results", str(results)]) == 0
     names = [
         "chain-steps=2-train_size=32-eval_size=4-grpo-s0",
@@ -97,3 +132,4 @@ budget: {{unit: steps, amount: 2}}
     assert "grpo" in out.split("setting")[-1]  # the summary table
     assert main(["bench", "--suite", str(suite), "--results", str(results), "--dry-run"]) == 0
     assert capsys.readouterr().out.count("[  done]") == 2
+    assert "Suite tiny: all 2 runs finished." in (results / "leaderboard.md").read_text()

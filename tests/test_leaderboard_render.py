@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import json
 import re
 import shutil
 import subprocess
@@ -173,6 +174,29 @@ def test_render_plots_gain_against_chain_length_when_lengths_vary(tmp_path):
     assert paths["gain_vs_length"].is_file()
     md = paths["markdown"].read_text()
     assert "## chain · steps=4" in md and "## chain · steps=8" in md
+
+
+def test_a_suite_manifest_makes_the_page_say_how_much_of_the_suite_it_holds(tmp_path):
+    root = tmp_path / "results"
+    manifest = {"suite": "demo", "runs": []}
+    for steps in (4, 8):
+        for seed in range(2):
+            name = f"grpo-l{steps}-s{seed}"
+            manifest["runs"].append({"name": name, "setting": f"chain-steps={steps}"})
+    make_run(root, "grpo-l4-s0", "grpo", 0, steps=4)
+    make_run(root, "grpo-l4-s1", "grpo", 1, steps=4)
+    make_run(root, "grpo-l8-s0", "grpo", 0, steps=8, summary=False)  # started, not finished
+    (root / "suite-demo.json").write_text(json.dumps(manifest))
+    md = render(root, reps=50)["markdown"].read_text()
+    assert "Suite demo: 2 of 4 runs finished (chain-steps=4 2/2, chain-steps=8 0/2)" in md
+    make_run(root, "grpo-l8-s0b", "grpo", 0, steps=8)
+    make_run(root, "grpo-l8-s1", "grpo", 1, steps=8)
+    manifest["runs"][2]["name"] = "grpo-l8-s0b"
+    (root / "suite-demo.json").write_text(json.dumps(manifest))
+    (root / "suite-broken.json").write_text("{not json")
+    md = render(root, reps=50)["markdown"].read_text()
+    assert "Suite demo: all 4 runs finished." in md
+    assert "suite-broken.json: unreadable suite manifest" in md
 
 
 def test_swept_settings_and_method_options_are_separate_rows_not_duplicates(tmp_path):

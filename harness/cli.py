@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .allocator import keep_freed_memory
 from .cli_bootstrap import add_bootstrap_commands
 from .cli_data import add_data_commands
 from .cli_leaderboard import add_leaderboard_commands
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    keep_freed_memory()
     parser = build_parser()
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)

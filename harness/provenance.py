@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .allocator import allocator_setting
+
 
 def _git_state(package_dir: Path) -> tuple[str | None, bool | None]:
     """(commit, uncommitted changes?) of the source tree this package runs from; None if unknown."""
@@ -63,6 +65,7 @@ def capture_environment() -> dict[str, Any]:
         "device": torch.cuda.get_device_name(0) if cuda else (platform.processor() or "cpu"),
         "cuda": torch.version.cuda if cuda else None,
         "torch_threads": torch.get_num_threads(),
+        "allocator": allocator_setting(),
         "cpu_count": os.cpu_count(),
     }
 

@@ -194,6 +194,7 @@ def build_blocks(
     warnings: list[str],
     figures: dict[str, bytes],
     n_runs: int,
+    coverage: list[str] = (),
 ) -> list[tuple]:
     methods = stats["methods"]
     blocks: list[tuple] = [("h1", f"creditbench leaderboard: {results_name}")]
@@ -205,6 +206,7 @@ def build_blocks(
             f"Baseline: {BASELINE}; upper reference: {ORACLE}.",
         )
     )
+    blocks += [("p", sentence) for sentence in coverage]
     blocks.append(("p", HOW_TO_READ))
     for key, frame in ordered_groups(methods):
         metric = frame["accuracy_metric"].iloc[0]
@@ -416,10 +418,8 @@ def render(
     }
     figures = {name: png for name, png in drawn.items() if png is not None}
     name = root.resolve().name
-    blocks = build_blocks(name, stats, papers, warnings, figures, n_runs)
-    finished = set(table.loc[table["kind"] == "run", "run"])
-    for position, sentence in enumerate(suite_coverage(root, finished), start=2):
-        blocks.insert(position, ("p", sentence))
+    coverage = suite_coverage(root, set(table.loc[table["kind"] == "run", "run"]))
+    blocks = build_blocks(name, stats, papers, warnings, figures, n_runs, coverage)
     blocks.append(("h2", "Provenance"))
     blocks.append(("p", provenance(root, table["run"].unique())))
     texts = {

@@ -24,6 +24,7 @@ import html
 import json
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -49,8 +50,9 @@ HOW_TO_READ = (
     "not significantly different from another method ranked 1). P(>GRPO) is the probability "
     "that a random seed of the method beats a random seed of GRPO. Positions put GRPO at 0 and "
     "oracle credit at 1: learning speed from the mean AUC, credit score from the mean credit "
-    "AUROC; n/a when either end is missing or oracle credit is not ahead of GRPO (on short "
-    "chains it can be behind; the scale would run backwards). Credit precision is the "
+    "AUROC; n/a when either end is missing or oracle credit is not ahead of GRPO, with several "
+    "seeds not significantly ahead (the 95% interval of the gap reaches 0; a position is a "
+    "ratio to that gap, and noise would make it meaningless). Credit precision is the "
     "share of a failed response's negative credit that falls on its first wrong step (chance: "
     "the share of tokens that are first-wrong-step tokens); credit AUROC ranks tokens by "
     "negative advantage against the first-wrong-step label (0.5: uniform credit). Filler "
@@ -194,7 +196,7 @@ def build_blocks(
     warnings: list[str],
     figures: dict[str, bytes],
     n_runs: int,
-    coverage: list[str] = (),
+    coverage: Sequence[str] = (),
 ) -> list[tuple]:
     methods = stats["methods"]
     blocks: list[tuple] = [("h1", f"creditbench leaderboard: {results_name}")]

@@ -24,8 +24,11 @@ Per method and task (a *group* is one task, task options and setting; see
   not invent any); with degenerate intervals only exact ties share a rank.
 - **positions between GRPO (0) and oracle credit (1)**: ``(x - x_grpo) / (x_oracle - x_grpo)``
   for the mean AUC (*learning speed*) and the mean credit AUROC (*credit score*, see
-  :mod:`leaderboard.credit`); undefined (None, shown n/a) when ``|x_oracle - x_grpo| < 1e-6``
-  or either end is missing.
+  :mod:`leaderboard.credit`); undefined (None, shown n/a) when either end is missing, when
+  oracle credit is not ahead of GRPO (``x_oracle - x_grpo < 1e-6``) and, with two or more
+  seeds of each, when it is not significantly ahead (the bootstrap 95% interval of the
+  difference of means reaches 0): dividing by a gap that noise could erase gives positions of
+  -20 or +8 that mean nothing.
 - credit diagnostics and the filler entropy drift: the mean over seeds of each run's mean over
   its logged steps (the drift: last minus first logged filler entropy), with bootstrap CIs.
   The token gradient cancellation ratio (``cancel_ratio``, :mod:`leaderboard.cancellation`)
@@ -179,6 +182,18 @@ def position(x: float | None, x_grpo: float | None, x_oracle: float | None) -> f
     return (x - x_grpo) / span  # type: ignore[operator]
 
 
+def oracle_clearly_ahead(group: pd.DataFrame, column: str, *, reps: int, seed: int) -> bool:
+    """False when, with two or more seeds of each, oracle credit's lead over GRPO in ``column``
+    is not significant (its bootstrap 95% interval reaches 0); True otherwise, so that
+    :func:`position` alone decides for single seeds and missing ends."""
+    if column not in group:
+        return True
+    oracle = _seed_values(group, ORACLE, column)
+    grpo = _seed_values(group, BASELINE, column)
+    gap = difference_interval(oracle, grpo, reps=reps, seed=seed)
+    return gap.n < 2 or gap.low > 0
+
+
 def rank_groups(intervals: dict[str, Interval]) -> dict[str, tuple[int, bool]]:
     """``{method: (rank, shared)}`` by the rule in the module docstring (higher is better)."""
     remaining = sorted(
@@ -260,8 +275,13 @@ def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[s
             for method, (rank, shared) in rank_groups(intervals).items():
                 rows[method][f"rank_{name}"] = rank
                 rows[method][f"rank_{name}_shared"] = shared
-        for column, label in (("auc_mean", "speed_position"), ("credit_auroc", "credit_position")):
+        for column, seed_column, label in (
+            ("auc_mean", auc_col, "speed_position"),
+            ("credit_auroc", "credit_auroc", "credit_position"),
+        ):
             ends = [rows[m].get(column) if m in rows else None for m in (BASELINE, ORACLE)]
+            if not oracle_clearly_ahead(group, seed_column, reps=reps, seed=seed):
+                ends = [None, None]
             for row in rows.values():
                 row[label] = position(row.get(column), *ends)
         method_rows.extend(rows.values())

@@ -222,3 +222,23 @@ def test_summarize_curves_and_ranks_over_seeds():
     end = curves[(curves["method"] == "grpo") & (curves["budget_fraction"] == 1.0)].iloc[0]
     assert end["accuracy"] == pytest.approx(0.41) and end["n"] == 3
     assert end["low"] <= 0.41 <= end["high"]
+
+
+def test_positions_need_oracle_significantly_ahead_of_grpo_over_seeds():
+    # AUC = final / 2. Oracle clearly ahead (AUC 0.405 against 0.205): dapo's 0.305 is halfway.
+    clear = summarize(
+        _table(
+            {"grpo": [0.40, 0.42, 0.41], "oracle": [0.80, 0.82, 0.81], "dapo": [0.60, 0.62, 0.61]}
+        ),
+        reps=200,
+    )["methods"].set_index("method")
+    assert clear.loc["dapo", "speed_position"] == pytest.approx((0.305 - 0.205) / (0.405 - 0.205))
+    # Oracle's mean is ahead by 0.005 but its seeds straddle GRPO's: the position would be
+    # (0.50 - 0.45) / 0.005 = 10 on the old rule; here it is undefined.
+    noisy = summarize(
+        _table({"grpo": [0.30, 0.60, 0.45], "oracle": [0.32, 0.59, 0.475], "dapo": [0.5] * 3}),
+        reps=200,
+    )["methods"].set_index("method")
+    assert noisy.loc["oracle", "auc_mean"] > noisy.loc["grpo", "auc_mean"]
+    assert noisy.loc["dapo", "speed_position"] is None
+    assert noisy.loc["grpo", "speed_position"] is None

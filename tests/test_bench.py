@@ -26,11 +26,12 @@ def test_shipped_suites_expand_to_every_method():
     assert {r.method for r in runs} == expected
     assert len({r.name for r in runs}) == len(runs)
 
-    standard = suite_path("standard")
-    runs = expand_suite(load_suite(standard), standard)
-    assert {r.method for r in runs} == set(registered)
-    assert {r.seed for r in runs} == {0, 1, 2, 3, 4}
-    assert len({r.label for r in runs}) >= 3  # chain lengths are swept
+    for name in ("standard", "long"):
+        path = suite_path(name)
+        runs = expand_suite(load_suite(path), path)
+        assert {r.method for r in runs} == set(registered)
+        assert {r.seed for r in runs} == {0, 1, 2, 3, 4}
+        assert len({r.label for r in runs}) >= 3  # chain lengths are swept
 
 
 def test_a_task_entry_can_carry_its_own_grid_and_settings(tmp_path):
@@ -78,11 +79,11 @@ def test_only_selects_runs_by_glob_in_the_order_of_the_patterns(capsys):
     assert select_runs(runs, []) == runs
     with pytest.raises(SuiteError, match="--only: nothing-\\* matches no run"):
         select_runs(runs, ["nothing-*"])
-    argv = ["bench", "--suite", "standard", "--only", "chain-steps=12-grpo-s4", "--dry-run"]
+    argv = ["bench", "--suite", "standard", "--only", "chain-steps=6-grpo-s4", "--dry-run"]
     assert main([*argv, "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "240 runs, 1 selected by --only" in out and "1 threads" in out
-    assert out.count("] chain-steps=") == 1 and "] chain-steps=12-grpo-s4" in out
+    assert out.count("] chain-steps=") == 1 and "] chain-steps=6-grpo-s4" in out
     assert main([*argv, "--threads", "0"]) == 2
     assert main(["bench", "--suite", "standard", "--only", "x", "--dry-run"]) == 2
 

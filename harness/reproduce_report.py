@@ -258,7 +258,7 @@ def render_report(
     reps: int = 2000,
     plan_lines: Sequence[str] = (),
 ) -> str:
-    """The Markdown report of a reproduction (``plan``: a :class:`reproduce.Plan`)."""
+    """The Markdown report of a reproduction (``plan``: a :class:`reproduce_plan.Plan`)."""
     card: Card = plan.card
     ours = our_results(results, runs, reps=reps)
     tables = paper_tables(card, plan.methods)

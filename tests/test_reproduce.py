@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from scipy.stats import kendalltau
 
 from creditbench.harness import reproduce as rp
+from creditbench.harness import reproduce_budget as budget
+from creditbench.harness import reproduce_plan as plans
 from creditbench.harness.bench import run_config
 from creditbench.harness.cli import main
 from creditbench.harness.reproduce_recipe import (
@@ -97,7 +99,7 @@ def test_recipe_specifics_of_the_grpo_family():
 @pytest.mark.parametrize("card_id", GRPO_FAMILY)
 def test_paper_plans_are_valid_run_configs(card_id, tmp_path):
     card = load_card_by_id(card_id)
-    plan = rp.paper_plan(card, model_dir=str(tmp_path), task="math", steps=3)
+    plan = plans.paper_plan(card, model_dir=str(tmp_path), task="math", steps=3)
     runs = rp.runs_of(plan)
     assert {r.method for r in runs} == set(plan.methods)
     for run in runs:
@@ -121,9 +123,9 @@ def test_paper_plans_are_valid_run_configs(card_id, tmp_path):
 def test_paper_plan_needs_a_task_and_steps_the_card_does_not_record(tmp_path):
     card = load_card_by_id("drgrpo")
     with pytest.raises(ReproduceError, match=r"^--task: .*unknown"):
-        rp.paper_plan(card, model_dir=str(tmp_path), steps=3)
+        plans.paper_plan(card, model_dir=str(tmp_path), steps=3)
     with pytest.raises(ReproduceError, match=r"^--steps: .*unknown"):
-        rp.paper_plan(card, model_dir=str(tmp_path), task="math")
+        plans.paper_plan(card, model_dir=str(tmp_path), task="math")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,7 +201,9 @@ def test_cpu_plan_skips_unimplemented_methods_and_reports_unmapped_options():
     methods, skipped = split_methods(card)
     assert methods == ["grpo"]
     assert skipped == {"no_such_method": "not implemented", "rloo": "not in cpu_scale.methods"}
-    plan = rp.cpu_plan(load_card_by_id("dapo"), overrides=["method_options.dynamic_sampling=false"])
+    plan = plans.cpu_plan(
+        load_card_by_id("dapo"), overrides=["method_options.dynamic_sampling=false"]
+    )
     assert plan.setting_values()["rollout.group_size"] == 16  # the card's setting
     assert plan.option_values("dapo")["dynamic_sampling"] is False  # the user's, last
     assert plan.option_values("dapo")["eps_high"] == 0.28
@@ -215,27 +219,33 @@ def test_cpu_plan_skips_unimplemented_methods_and_reports_unmapped_options():
 )
 def test_planned_budget_fills_but_does_not_exceed_the_time(minutes, runs, workers, eval_flops):
     try:
-        plan = rp.plan_budget(minutes=minutes, runs=runs, workers=workers, eval_flops=eval_flops)
+        plan = budget.plan_budget(
+            minutes=minutes, runs=runs, workers=workers, eval_flops=eval_flops
+        )
     except ReproduceError as err:
         assert str(err).startswith("--minutes: too short")
         share = minutes * 60 / math.ceil(runs / workers)
-        assert share <= eval_flops / rp.EVAL_FLOPS_PER_SECOND + rp.RUN_OVERHEAD_SECONDS
+        assert share <= eval_flops / budget.EVAL_FLOPS_PER_SECOND + budget.RUN_OVERHEAD_SECONDS
         return
     assert plan.minutes <= minutes + 1e-9
     # two significant digits lose at most 10% of the training time
     slack = plan.rounds * plan.train_seconds * 0.1 / 60 / 0.9
     assert plan.minutes >= minutes - slack - 1e-9
-    longer = rp.plan_budget(minutes=minutes * 2, runs=runs, workers=workers, eval_flops=eval_flops)
+    longer = budget.plan_budget(
+        minutes=minutes * 2, runs=runs, workers=workers, eval_flops=eval_flops
+    )
     assert longer.flops >= plan.flops
 
 
 def test_given_budget_is_kept_and_bad_values_name_the_option():
-    plan = rp.plan_budget(minutes=30, runs=4, workers=2, eval_flops=0, flops=3e12)
+    plan = budget.plan_budget(minutes=30, runs=4, workers=2, eval_flops=0, flops=3e12)
     assert plan.flops == 3e12 and plan.rounds == 2
-    assert math.isclose(plan.train_seconds, 3e12 / rp.STEP_FLOPS_PER_SECOND)
+    assert math.isclose(plan.train_seconds, 3e12 / budget.STEP_FLOPS_PER_SECOND)
     for kwargs, flag in (({"flops": -1.0}, "--budget"), ({"workers": 0}, "--workers")):
         with pytest.raises(ReproduceError, match=f"^{flag}: must be"):
-            rp.plan_budget(**{"minutes": 30, "runs": 4, "workers": 2, "eval_flops": 0, **kwargs})
+            budget.plan_budget(
+                **{"minutes": 30, "runs": 4, "workers": 2, "eval_flops": 0, **kwargs}
+            )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,313 @@
+"""What ``creditbench reproduce`` runs: a :class:`Plan` built from a paper card.
+
+:func:`cpu_plan` (then :func:`finish_cpu_plan`, which sizes the budget) maps a card's
+``cpu_scale`` section onto the embedded testbed; :func:`paper_plan` maps its recipe onto run
+settings for the paper's model on a GPU. Settings and options carry where they came from
+(suite, card, user), and :func:`describe` prints them that way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from creditbench.reference.cards import Card
+
+from .reproduce_budget import DEFAULT_MINUTES, BudgetPlan, eval_flops_per_run, plan_budget
+from .reproduce_recipe import (
+    RECIPE_SETTINGS,
+    ReproduceError,
+    Setting,
+    length_options,
+    map_options,
+    paper_recipe,
+    split_methods,
+)
+
+__all__ = ["Plan", "cpu_plan", "describe", "finish_cpu_plan", "paper_plan"]
+
+
+@dataclass
+class Plan:
+    """What a reproduction runs: ``settings`` shared by every run, ``options`` per method."""
+
+    card: Card
+    scale: str
+    methods: list[str]
+    skipped: dict[str, str]
+    seeds: list[int]
+    task: str = "chain"
+    task_options: dict[str, Any] = field(default_factory=dict)
+    settings: list[Setting] = field(default_factory=list)
+    options: dict[str, list[Setting]] = field(default_factory=dict)
+    not_mapped: list[Setting] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    budget: dict[str, Any] = field(default_factory=dict)
+    estimate: BudgetPlan | None = None
+    workers: int = 1
+
+    def setting_values(self) -> dict[str, Any]:
+        return {s.key: s.value for s in self.settings}
+
+    def option_values(self, method: str) -> dict[str, Any]:
+        return {s.key: s.value for s in self.options.get(method, [])}
+
+
+def _suite_settings(name: str) -> dict[str, Any]:
+    from .bench import SuiteError, load_suite, suite_path
+
+    try:
+        suite = load_suite(suite_path(name))
+    except SuiteError as err:
+        raise ReproduceError(f"cpu_scale.budget: {err}") from None
+    return dict(suite.get("settings") or {})
+
+
+def _user_settings(overrides: list[str]) -> list[Setting]:
+    out = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ReproduceError(f"--set: expected KEY=VALUE (got {item!r})")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            raise ReproduceError(f"--set: the value of {item!r} is not valid YAML") from None
+        out.append(Setting(key.strip(), value, "--set"))
+    return out
+
+
+def _merge(settings: list[Setting]) -> list[Setting]:
+    """One setting per key, the last one winning, in the order of last appearance."""
+    merged: dict[str, Setting] = {}
+    for s in settings:
+        merged.pop(s.key, None)
+        merged[s.key] = s
+    return list(merged.values())
+
+
+def _seeds(card: Card, n: int | None) -> list[int]:
+    if n is not None and n < 1:
+        raise ReproduceError(f"--seeds: must be >= 1 (got {n})")
+    default = list(card.cpu_scale.seeds) if card.cpu_scale else [0, 1, 2]
+    if n is None:
+        return default
+    return default[:n] if n <= len(default) else list(range(n))
+
+
+def _shared(plan: Plan, settings: list[Setting], user: list[Setting], n_eval: int | None) -> None:
+    for s in user:
+        if s.key in ("budget.unit", "budget.amount"):
+            raise ReproduceError(f"--set {s.key}: the budget is set with --budget (or --steps)")
+    if n_eval is not None:
+        if n_eval < 1:
+            raise ReproduceError(f"--n-eval: must be >= 1 (got {n_eval})")
+        settings = [*settings, Setting("eval.n_problems", n_eval, "--n-eval")]
+    plan.settings = _merge(settings + [s for s in user if not s.key.startswith("method_options.")])
+
+
+def _resolved(plan: Plan):
+    """The run config of the plan's first method (for lengths and evaluation settings)."""
+    from .config import ConfigError, load_config
+
+    overrides = [f"method={plan.methods[0]}", f"task={plan.task}"]
+    overrides += [f"{s.key}={json.dumps(s.value)}" for s in plan.settings]
+    try:
+        return load_config(None, overrides, resolve=False)
+    except ConfigError as err:
+        raise ReproduceError(str(err)) from None
+
+
+def _set_method_options(plan: Plan, wanted: dict[str, list[Setting]], user: list[Setting]) -> None:
+    """Each method's options: ``wanted``, then the user's ``method_options.*`` settings (where
+    the method has the option), then the length constants of :func:`length_options`."""
+    max_new = _resolved(plan).rollout.max_new_tokens
+    from_user = [
+        dataclasses.replace(s, key=s.key.removeprefix("method_options."))
+        for s in user
+        if s.key.startswith("method_options.")
+    ]
+    for method in plan.methods:
+        mapped, rejected = map_options(method, [*wanted.get(method, []), *from_user])
+        mapped += length_options(method, {s.key: s.value for s in mapped}, max_new)
+        plan.options[method] = mapped
+        plan.not_mapped += [dataclasses.replace(s, key=f"{method}.{s.key}") for s in rejected]
+
+
+def cpu_plan(
+    card: Card, *, seeds: int | None = None, n_eval: int | None = None, overrides=()
+) -> Plan:
+    """The CPU-scale plan of ``card``; :func:`finish_cpu_plan` sizes its budget.
+
+    Settings, later ones winning: the suite named by ``cpu_scale.budget``, the card's
+    ``cpu_scale.settings``, ``n_eval``, the user's ``overrides`` (``key=value``). Options: the
+    card's ``cpu_scale.method_options`` where the method has them, the user's
+    ``method_options.*``, the length constants.
+    """
+    if card.cpu_scale is None:
+        raise ReproduceError(f"cpu_scale: the card {card.id} has no cpu_scale section")
+    scale = card.cpu_scale
+    methods, skipped = split_methods(card)
+    if not methods:
+        raise ReproduceError(
+            f"cpu_scale.methods: none of {', '.join(scale.methods)} is implemented"
+        )
+    plan = Plan(card=card, scale="cpu", methods=methods, skipped=skipped, seeds=_seeds(card, seeds))
+    settings = [
+        Setting(k, v, f"suite {scale.budget}") for k, v in _suite_settings(scale.budget).items()
+    ]
+    settings += [Setting(k, v, "card cpu_scale.settings") for k, v in scale.settings.items()]
+    user = _user_settings(list(overrides))
+    _shared(plan, settings, user, n_eval)
+    wanted = {
+        m: [Setting(k, v, "card cpu_scale.method_options") for k, v in options.items()]
+        for m, options in scale.method_options.items()
+    }
+    _set_method_options(plan, wanted, user)
+    return plan
+
+
+def finish_cpu_plan(
+    plan: Plan,
+    *,
+    minutes: float = DEFAULT_MINUTES,
+    workers: int | None = None,
+    flops: float | None = None,
+) -> Plan:
+    """Size the per-run FLOP budget of a CPU plan (:func:`plan_budget`) for ``workers``
+    parallel runs (default: one per core)."""
+    if workers is not None and workers < 1:
+        raise ReproduceError(f"--workers: must be >= 1 (got {workers})")
+    runs = len(plan.methods) * len(plan.seeds)
+    plan.workers = min(workers or os.cpu_count() or 1, runs)
+    plan.estimate = plan_budget(
+        minutes=minutes,
+        runs=runs,
+        workers=plan.workers,
+        eval_flops=eval_flops_per_run(_resolved(plan)),
+        flops=flops,
+    )
+    plan.budget = {"unit": "flops", "amount": plan.estimate.flops}
+    return plan
+
+
+def paper_plan(
+    card: Card,
+    *,
+    model_dir: str | None,
+    task: str | None = None,
+    steps: int | None = None,
+    flops: float | None = None,
+    seeds: int | None = None,
+    n_eval: int | None = None,
+    overrides=(),
+) -> Plan:
+    """The paper-scale plan: the recipe on the model in ``model_dir``, vLLM rollouts on CUDA.
+
+    The task is the card's training data when it is one of ours, else ``task``; the budget is
+    the recipe's steps, else ``steps`` (or ``flops``). Fields the card marks unknown keep the
+    harness defaults, and :attr:`Plan.unknown` says so, field by field.
+    """
+    methods, skipped = split_methods(card)
+    if not methods:
+        raise ReproduceError("methods: none of the card's methods is implemented")
+    recipe = paper_recipe(card, methods)
+    plan = Plan(
+        card=card, scale="paper", methods=methods, skipped=skipped, seeds=_seeds(card, seeds)
+    )
+    plan.task = task or recipe.task or ""
+    if not plan.task:
+        state = "unknown" if "training_data" in recipe.unknown else "not one of our tasks"
+        raise ReproduceError(
+            f"--task: the card's training data is {state} (recipe.training_data); "
+            "name a task, e.g. --task math"
+        )
+    if steps is not None and flops is not None:
+        raise ReproduceError("--steps: give --steps or --budget, not both")
+    if flops is not None:
+        if not flops > 0:
+            raise ReproduceError(f"--budget: must be > 0 FLOPs (got {flops:g})")
+        plan.budget = {"unit": "flops", "amount": flops}
+    elif (amount := steps if steps is not None else recipe.steps) is not None:
+        if amount < 1:
+            raise ReproduceError(f"--steps: must be >= 1 (got {amount})")
+        plan.budget = {"unit": "steps", "amount": amount}
+    else:
+        raise ReproduceError(
+            "--steps: the card's recipe.steps_or_budget is unknown; give --steps N (or --budget)"
+        )
+    settings = [
+        Setting("model.path", model_dir, "--model-dir"),
+        Setting("model.dtype", "bfloat16", "paper scale"),
+        Setting("device", "cuda", "paper scale"),
+        Setting("rollout.backend", "vllm", "paper scale"),
+        *recipe.settings,
+    ]
+    user = _user_settings(list(overrides))
+    _shared(plan, settings, user, n_eval)
+    plan.not_mapped = list(recipe.not_mapped)
+    _set_method_options(plan, recipe.options, user)
+    plan.unknown = _unknown_notes(plan, recipe.unknown)
+    plan.workers = 1
+    return plan
+
+
+def _unknown_notes(plan: Plan, unknown: list[str]) -> list[str]:
+    """For each recipe field the card marks unknown, what the paper-scale runs use instead."""
+    config = _resolved(plan)
+    given = {s.key: s.origin for s in plan.settings}
+    used = {
+        "base_model": "the model of --model-dir",
+        "training_data": f"task {plan.task} (--task)",
+        "steps_or_budget": f"{plan.budget['amount']:g} {plan.budget['unit']} (--steps/--budget)",
+    }
+    notes = []
+    for name in unknown:
+        if name in RECIPE_SETTINGS:
+            key = RECIPE_SETTINGS[name][0]
+            section, attr = key.split(".")
+            value = getattr(getattr(config, section), attr)
+            notes.append(f"{name}: {key} = {value} ({given.get(key, 'harness default')})")
+        elif name in used:
+            notes.append(f"{name}: {used[name]}")
+        elif name.startswith("other."):
+            notes.append(f"{name}: not used")
+        else:
+            notes.append(f"{name}: each method's default")
+    return notes
+
+
+def describe(plan: Plan) -> list[str]:
+    """The plan as lines of text (printed before the runs, repeated in the report)."""
+    card = plan.card
+    where = " (the embedded chain testbed)" if plan.scale == "cpu" else f" (task {plan.task})"
+    skipped = ", ".join(f"{m} ({why})" for m, why in plan.skipped.items())
+    lines = [
+        f"card {card.id}: {card.title} (arXiv {card.arxiv})",
+        f"scale: {plan.scale}{where}",
+        f"methods: {', '.join(plan.methods)}",
+        f"skipped: {skipped or 'none'}",
+        f"seeds: {', '.join(map(str, plan.seeds))}",
+    ]
+    if plan.estimate is not None:
+        lines.append(f"budget: {plan.estimate.describe()}")
+    elif plan.budget:
+        lines.append(f"budget: {plan.budget['amount']:g} {plan.budget['unit']} per run")
+    lines.append("settings:")
+    lines += [f"  {s.key} = {s.value}  ({s.origin})" for s in plan.settings]
+    for method in plan.methods:
+        options = plan.options.get(method, [])
+        lines.append(f"options of {method}:" + ("" if options else " its defaults"))
+        lines += [f"  {s.key} = {s.value}  ({s.origin})" for s in options]
+    if plan.not_mapped:
+        lines.append("not mapped:")
+        lines += [f"  {s.key} = {s.value}  ({s.origin})" for s in plan.not_mapped]
+    if plan.unknown:
+        lines.append("unknown in the card, and what is used instead:")
+        lines += [f"  {note}" for note in plan.unknown]
+    return lines

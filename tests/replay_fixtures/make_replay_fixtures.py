@@ -1,0 +1,77 @@
+"""Record the metrics of a short run of every registered method, for `tests/test_replay.py`.
+
+A refactor of the harness must not change what a run computes. Each fixture is the
+``metrics.jsonl`` of a two-step run on the chain testbed with the shipped "tiny" base policy,
+with the wall-clock fields (``"time"``) removed; the replay test runs the same config on the
+code under test and asks for the same records, bit for bit.
+
+Regenerate only when a change is *meant* to alter what runs compute, and say so in the commit:
+
+    python tests/replay_fixtures/make_replay_fixtures.py [method ...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).parent
+
+# Small enough for the test suite (a few seconds a method), big enough that every method's
+# mechanism acts: failed and correct responses in most groups, two training steps of
+# four optimizer steps each (two epochs over two minibatches: the ratio leaves 1 and clipping
+# can act; the budget counts optimizer steps).
+OVERRIDES = [
+    "model.preset=tiny",
+    "device=cpu",
+    "rollout.prompts_per_step=4",
+    "rollout.group_size=4",
+    "train.ppo_epochs=2",
+    "train.minibatches=2",
+    "budget.unit=steps",
+    "budget.amount=8",
+    "budget.eval_fractions=[0.0, 1.0]",
+    "eval.n_problems=8",
+    "eval.k_samples=1",
+    "eval.batch_size=16",
+    "checkpoint_every=100",
+]
+
+
+def replay_records(method: str, workdir: Path) -> list[dict]:
+    """The metrics of the fixture run of ``method`` in ``workdir``, without wall-clock fields."""
+    from creditbench.harness.config import load_config
+    from creditbench.harness.trainer import Trainer
+
+    torch.set_num_threads(1)
+    config = load_config(None, [f"method={method}", f"output_dir={workdir}", *OVERRIDES])
+    trainer = Trainer(config)
+    trainer.train()
+    lines = (trainer.run_dir.path / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    for record in records:
+        record.pop("time", None)
+    return records
+
+
+def fixture_path(method: str) -> Path:
+    return HERE / f"{method}.jsonl"
+
+
+def main(methods: list[str]) -> None:
+    from creditbench.methods.registry import list_methods
+
+    for method in methods or list(list_methods()):
+        with tempfile.TemporaryDirectory() as workdir:
+            records = replay_records(method, Path(workdir))
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+        fixture_path(method).write_text(text)
+        print(f"{method}: {len(records)} records")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

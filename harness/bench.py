@@ -175,7 +175,7 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
 
 
 def run_config(run: Run, results: Path):
-    from .config import load_config
+    from creditbench.harness.config import load_config
 
     base = [f"method={run.method}", f"task={run.task}", f"seed={run.seed}"]
     base += [f"output_dir={json.dumps(str(results))}", f"run_name={run.name}"]
@@ -200,7 +200,7 @@ def select_runs(runs: list[Run], patterns: list[str]) -> list[Run]:
 
 def write_manifest(results_dir: Path, path: Path, runs: list[Run]) -> None:
     """Record every run of the suite, so a partly run folder says what it is missing."""
-    from .rundir import atomic_write_text
+    from creditbench.harness.records.rundir import atomic_write_text
 
     results_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"suite": path.stem, "runs": [{"name": r.name, "setting": r.label} for r in runs]}
@@ -244,9 +244,9 @@ def run_suite(
     leaderboard."""
     from tqdm.auto import tqdm
 
-    from .config import ConfigError
-    from .rundir import RunDir
-    from .trainer import Trainer
+    from creditbench.harness.config import ConfigError
+    from creditbench.harness.records.rundir import RunDir
+    from creditbench.harness.training.trainer import Trainer
 
     path = suite_path(suite)
     runs = expand_suite(load_suite(path), path, list(overrides))
@@ -299,7 +299,7 @@ def run_suite(
 
 def _prepare_base_policies(trainers) -> None:
     """Build every distinct base policy once, here, before the workers need it."""
-    from .bootstrap import ensure_base_policy
+    from creditbench.harness.models.bootstrap import ensure_base_policy
 
     seen = set()
     for trainer in trainers:
@@ -339,7 +339,7 @@ def _run_workers(
                 cmd = [
                     sys.executable,
                     "-m",
-                    "creditbench.harness.cli",
+                    "creditbench.harness.cli.main",
                     "train",
                     "--quiet",
                     "--threads",
@@ -381,7 +381,7 @@ def _run_workers(
 
 
 def _print_table(runs: list[Run], results_dir: Path) -> None:
-    from .rundir import RunDir
+    from creditbench.harness.records.rundir import RunDir
 
     rows: dict[tuple[str, str], list[dict]] = {}
     for run in runs:

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from .typed import ConfigError, from_dict, to_dict
+from creditbench.harness.typed import ConfigError, from_dict, to_dict
 
 __all__ = [
     "BudgetConfig",
@@ -247,7 +247,7 @@ def config_digest(cfg: RunConfig) -> str:
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
     """Write ``cfg`` as YAML, atomically."""
-    from .rundir import atomic_write_text
+    from creditbench.harness.records.rundir import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 

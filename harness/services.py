@@ -21,10 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from creditbench.methods.base import EXTRA_KEYS
-from creditbench.methods.core import RolloutBatch
-
-from .rollout import (
+from creditbench.harness.sampling.rollout import (
     Samples,
     assemble_samples,
     cut_at_eos,
@@ -34,7 +31,9 @@ from .rollout import (
     sample_responses,
     score_responses,
 )
-from .scorers import Scorers
+from creditbench.harness.scoring.scorers import Scorers
+from creditbench.methods.contract import STEP_TRUTH_KEYS
+from creditbench.methods.core import RolloutBatch
 
 NEEDS_RESPONSE = ("localize", "repair")  # prompt variants built around a response
 
@@ -149,7 +148,7 @@ class HarnessServices:
         """``[B, T]`` step index of every response token, a step being the text up to and
         including each ``delimiter`` (a blank line, ``</thought>``), the rest the last step;
         ``-1`` on the end-of-sequence token and padding. Steps for tasks without a checker."""
-        from .tasks.steps import token_char_offsets, token_step_ids
+        from creditbench.harness.tasks.steps import token_char_offsets, token_step_ids
 
         lengths = sequence_lengths(
             batch.response_ids, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
@@ -372,12 +371,12 @@ class HarnessServices:
         return batch
 
     def _step_ground_truth(self, problems, samples: Samples) -> tuple[Tensor, dict[str, Tensor]]:
-        """``step_ids`` ``[B, T]`` and the :data:`EXTRA_KEYS` masks from the task's step checker."""
-        from .tasks.steps import step_extras, token_char_offsets, token_step_ids
+        """``step_ids`` ``[B, T]`` and the :data:`STEP_TRUTH_KEYS` masks from the step checker."""
+        from creditbench.harness.tasks.steps import step_extras, token_char_offsets, token_step_ids
 
         width = samples.response_ids.shape[1]
         step_ids = torch.full((len(problems), width), -1, dtype=torch.long)
-        masks = {key: torch.zeros((len(problems), width)) for key in EXTRA_KEYS}
+        masks = {key: torch.zeros((len(problems), width)) for key in STEP_TRUTH_KEYS}
         lengths = samples.response_mask.sum(-1).long().tolist()
         for row, (problem, text) in enumerate(zip(problems, samples.texts, strict=True)):
             tokens = samples.response_ids[row, : lengths[row]].tolist()
@@ -422,7 +421,7 @@ class HarnessServices:
             prompts: one prompt text per row to score the responses under instead of the
                 batch's own prompts (an oracle hint, a semifactual rewrite).
             model: ``policy``, ``reference`` (frozen initial policy), ``teacher`` or ``ema``
-                (see :class:`~creditbench.harness.scorers.Scorers`).
+                (see :class:`~creditbench.harness.scoring.scorers.Scorers`).
 
         Zero where ``batch.response_mask`` is 0. Charged as a forward pass of that model.
         """
@@ -472,7 +471,7 @@ class HarnessServices:
             ``(logprobs, indices)``, both ``[B, T, K]``, zero where ``batch.response_mask`` is 0.
             The log-probs are those of the tempered distribution, as :meth:`score`'s.
         """
-        from .rollout import _response_logits
+        from creditbench.harness.sampling.rollout import _response_logits
 
         if grad and model != "policy":
             raise ValueError(f"grad: only the policy is trained (got model={model!r})")

@@ -1,6 +1,6 @@
 """Collect finished runs under a results directory into one tidy table.
 
-A run directory is any folder holding ``config.yaml`` (see :mod:`creditbench.harness.rundir`).
+A run directory is any folder holding ``config.yaml`` (read with :mod:`.files`).
 A run is read only when it is finished: ``summary.json`` parses and says ``"status":
 "finished"``. Everything else (no summary yet, a failed run, an unreadable file, a finished run
 without evaluations) is skipped with a warning that names the folder.
@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from creditbench.harness.rundir import RunDir, RunDirError
+from .files import RunFormatError, read_metric_lines, read_run_config
 
 # Config fields that name where or how a run was executed, not what it computed.
 NOT_A_SETTING = ("run_name", "output_dir", "device", "checkpoint_every")
@@ -115,42 +115,43 @@ def _find_run_dirs(root: Path) -> tuple[list[Path], list[str]]:
     return sorted(found), sorted(warnings)
 
 
-def _read_run(run: RunDir) -> tuple[dict[str, Any], list[dict], list[dict]]:
-    """(config, eval entries, step records) of a finished run; RunDirError says why not."""
-    config = run.config()
+def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict]]:
+    """(config, eval entries, step records) of a finished run; RunFormatError says why not."""
+    config = read_run_config(run / "config.yaml")
     try:
-        summary = json.loads(run.summary_path.read_text(encoding="utf-8"))
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise RunDirError("unfinished (no summary.json)") from None
+        raise RunFormatError("unfinished (no summary.json)") from None
     except (OSError, ValueError) as err:
-        raise RunDirError(f"corrupt summary.json ({err})") from None
+        raise RunFormatError(f"corrupt summary.json ({err})") from None
     if not isinstance(summary, dict):
-        raise RunDirError("corrupt summary.json (not a JSON object)")
+        raise RunFormatError("corrupt summary.json (not a JSON object)")
     status = summary.get("status")
     if status != "finished":
         detail = f": {summary['error']}" if summary.get("error") else ""
-        raise RunDirError(f"not finished (status {status!r}{detail})")
+        raise RunFormatError(f"not finished (status {status!r}{detail})")
     for key in ("method", "task", "seed"):
         if key in summary and summary[key] != config.get(key):
-            raise RunDirError(
+            raise RunFormatError(
                 f"corrupt: summary.json {key}={summary[key]!r} but config.yaml "
                 f"says {config.get(key)!r}"
             )
     if not isinstance(config.get("method"), str) or not isinstance(config.get("seed"), int):
-        raise RunDirError("corrupt config.yaml (no method name or integer seed)")
-    records = run.read_metrics()
+        raise RunFormatError("corrupt config.yaml (no method name or integer seed)")
+    records = [record for _, record in read_metric_lines(run / "metrics.jsonl")]
     by_fraction: dict[float, dict] = {}
     steps = []
     for record in records:
         entry = record.get("eval")
         if isinstance(entry, dict):
             if not _finite(entry.get("fraction")):
-                raise RunDirError(f"corrupt eval record at step {record.get('step')}: no fraction")
+                step = record.get("step")
+                raise RunFormatError(f"corrupt eval record at step {step}: no fraction")
             by_fraction[min(float(entry["fraction"]), 1.0)] = entry  # a repeat: the later one
         else:
             steps.append(record)
     if not by_fraction:
-        raise RunDirError("finished but metrics.jsonl holds no evaluation")
+        raise RunFormatError("finished but metrics.jsonl holds no evaluation")
     evals = [dict(by_fraction[f], fraction=f) for f in sorted(by_fraction)]
     return config, evals, steps
 
@@ -243,8 +244,8 @@ def collect_runs(results_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
     for path in paths:
         rel = path.relative_to(root).as_posix() or "."
         try:
-            read[rel] = _read_run(RunDir(path))
-        except RunDirError as err:
+            read[rel] = _read_run(path)
+        except RunFormatError as err:
             text = str(err).replace(f"{path}{os.sep}", "").replace(str(path), "")
             message = text.lstrip(": ") or "unreadable"
             warnings.append(f"{rel}: skipped: {message}")

@@ -29,10 +29,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from creditbench.harness.rundir import atomic_write_bytes, atomic_write_text
-
 from . import plots
 from .collect import collect_runs, suite_coverage
+from .files import atomic_write_bytes, atomic_write_text
 from .papers import reported_results
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups, summarize
 

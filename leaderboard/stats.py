@@ -24,14 +24,14 @@ Per method and task (a *group* is one task, task options and setting; see
   not invent any); with degenerate intervals only exact ties share a rank.
 - **positions between GRPO (0) and oracle credit (1)**: ``(x - x_grpo) / (x_oracle - x_grpo)``
   for the mean AUC (*learning speed*) and the mean credit AUROC (*credit score*, see
-  :mod:`leaderboard.credit`); undefined (None, shown n/a) when either end is missing, when
+  :mod:`harness.diagnostics.credit`); undefined (None, shown n/a) when either end is missing, when
   oracle credit is not ahead of GRPO (``x_oracle - x_grpo < 1e-6``) and, with two or more
   seeds of each, when it is not significantly ahead (the bootstrap 95% interval of the
   difference of means reaches 0): dividing by a gap that noise could erase gives positions of
   -20 or +8 that mean nothing.
 - credit diagnostics and the filler entropy drift: the mean over seeds of each run's mean over
   its logged steps (the drift: last minus first logged filler entropy), with bootstrap CIs.
-  The token gradient cancellation ratio (``cancel_ratio``, :mod:`leaderboard.cancellation`)
+  The token gradient cancellation ratio (``cancel_ratio``, :mod:`harness.diagnostics.cancellation`)
   is averaged the same way.
 
 rliable's ``metrics`` module supplies the IQM and the probability of improvement. Its
@@ -58,7 +58,7 @@ DIAGNOSTICS = (
     "credit_auroc",
     "credit_chance",
     "filler_entropy_drift",
-    "cancel_ratio",  # token gradient cancellation (leaderboard.cancellation)
+    "cancel_ratio",  # token gradient cancellation (harness.diagnostics.cancellation)
     "reset_hits_first_wrong",  # RRPO/SRPO: resets at the true first wrong step
 )
 

@@ -5,17 +5,19 @@ A method subclasses `CreditMethod`, declares its hyper-parameters as a dataclass
 ``Config`` (subclassing `LossConfig`, whose fields set the policy loss), and is
 registered with `methods.registry.register_method`. The harness never learns method
 names: it calls `CreditMethod.rollout`, `CreditMethod.advantages` and
-`CreditMethod.loss`.
+`CreditMethod.loss`, each with the step's :class:`~methods.contract.Services`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from .contract import STEP_TRUTH_KEYS, Services
 from .core import (
     AGG_MODES,
     ClipConfig,
@@ -27,6 +29,31 @@ from .core import (
     kl_estimate,
     masked_mean,
 )
+
+__all__ = ["CreditMethod", "LossConfig", "Services", "check_fields", "kl_penalty"]
+
+
+def check_fields(obj: object, checks: Sequence[tuple[str, bool, str]]) -> None:
+    """Raise ``ValueError("field: rule (got value)")`` for the first ``(field, ok, rule)``
+    that fails: the one message format every Config's range checks share."""
+    for field_name, ok, rule in checks:
+        if not ok:
+            raise ValueError(f"{field_name}: {rule} (got {getattr(obj, field_name)!r})")
+
+
+def kl_penalty(
+    cfg: LossConfig,
+    logprobs: Tensor,
+    batch: RolloutBatch,
+    normalizers: Normalizers,
+) -> tuple[Tensor | None, dict[str, float]]:
+    """The loss's KL-to-reference term ``kl_coef · agg(KL)``, or None when it is off (no weight
+    or no reference log-probs), and its statistic ``kl_ref``."""
+    if cfg.kl_coef <= 0 or batch.ref_logprobs is None:
+        return None, {}
+    kl = kl_estimate(logprobs, batch.ref_logprobs, cfg.kl_kind)  # type: ignore[arg-type]
+    kl_loss = aggregate_loss(kl, batch.response_mask, cfg.aggregation, normalizers)
+    return cfg.kl_coef * kl_loss, {"kl_ref": float(kl_loss.detach())}
 
 
 @dataclass
@@ -66,46 +93,11 @@ class LossConfig:
             ("kl_coef", self.kl_coef >= 0.0, "must be >= 0"),
             ("kl_kind", self.kl_kind in ("k1", "k2", "k3"), "must be k1, k2 or k3"),
         ]
-        for field_name, ok, rule in checks:
-            if not ok:
-                raise ValueError(f"{field_name}: {rule} (got {getattr(self, field_name)!r})")
+        check_fields(self, checks)
 
     @property
     def clip_config(self) -> ClipConfig:
         return ClipConfig(self.eps_low, self.eps_high, self.dual_clip)
-
-
-EXTRA_KEYS = {
-    "first_wrong_mask": "[B, T] 1 on the tokens of the first wrong step of the response",
-    "after_wrong_mask": "[B, T] 1 on the tokens after the first wrong step",
-    "wrong_step_mask": "[B, T] 1 on the tokens of every wrong step (also inside correct answers)",
-    "filler_mask": "[B, T] 1 on reward-irrelevant filler tokens",
-}
-"""Step ground truth the testbed attaches to every batch (``RolloutBatch.extras``)."""
-
-
-class Services(Protocol):
-    """What the harness offers a method. Every pass it runs is charged to the budget meter.
-
-    Later methods need more (scoring under other prompts, generation from a prefix, prompt
-    variants); the harness's implementation documents each. The defaults below are all that
-    the GRPO family uses.
-    """
-
-    step: int
-
-    def sample_batch(self) -> RolloutBatch:
-        """The default rollout: the next prompts of the task, G responses each."""
-        ...
-
-    def score(self, batch: RolloutBatch, prompts: Any = None, model: str = "policy") -> Tensor:
-        """Teacher-forced log-probs ``[B, T]`` of the batch's responses, under other prompts
-        (one text per row) or another model; see ``HarnessServices.score``."""
-        ...
-
-    def variant(self, batch: RolloutBatch, kind: str, hints: Any = None) -> list[str]:
-        """The task's ``kind`` prompt variant for every row; see ``HarnessServices.variant``."""
-        ...
 
 
 class CreditMethod:
@@ -119,8 +111,12 @@ class CreditMethod:
         group_local: advantages of a group depend on that group alone (False for methods
             that whiten over the whole batch, like REINFORCE++).
         reference: needs ground truth that real tasks do not have (oracle credit).
-        requires_extras: keys of ``RolloutBatch.extras`` the method reads; the harness
-            refuses a task that cannot supply them. Known keys: see `EXTRA_KEYS`.
+        decoding_variants: the prompt variants a training-free decoding rule of the method's
+            paper compares with the plain prompt (SCAPO's drift filter), or empty when it has
+            none; the rule itself is `decoding_mask`. ``creditbench eval --decode-with NAME``.
+        requires_extras: step ground-truth keys of ``RolloutBatch.extras`` the method reads
+            (of `methods.contract.STEP_TRUTH_KEYS`); the harness refuses a task that cannot
+            supply them.
     """
 
     name: ClassVar[str] = ""
@@ -130,9 +126,18 @@ class CreditMethod:
     group_local: ClassVar[bool] = True
     reference: ClassVar[bool] = False
     requires_extras: ClassVar[tuple[str, ...]] = ()
+    decoding_variants: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
         self.config = config if config is not None else self.Config(**overrides)
+        unknown = [key for key in self.requires_extras if key not in STEP_TRUTH_KEYS]
+        if unknown:
+            raise ValueError(f"requires_extras: not step ground truth: {', '.join(unknown)}")
+
+    def decoding_mask(self, logp0: Tensor, logpk: Tensor, eos_id: int, threshold: float) -> Tensor:
+        """The tokens the method's decoding rule masks, bool ``[R, V]``, from next-token
+        log-probs under the plain prompt ``[R, V]`` and under each variant ``[K, R, V]``."""
+        raise NotImplementedError(f"method {self.name!r} has no decoding rule")
 
     def rollout(self, services: Services) -> RolloutBatch:
         """Sample this step's batch. Override for dynamic sampling, resets or several roles."""
@@ -148,11 +153,15 @@ class CreditMethod:
         batch: RolloutBatch,
         advantages: Tensor,
         normalizers: Normalizers | None = None,
+        services: Services | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
         """The policy loss of a (micro-)batch and its statistics.
 
         ``logprobs`` ``[B, T]`` are the current policy's, with gradient. ``normalizers``
         carry the counts of the whole optimisation batch, so micro-batch losses add up.
+        ``services`` are the step's, for a loss that runs a model pass of its own (SDPO's
+        top-K distillation); statistics of the step that are not the loss's go through
+        ``services.report``, never through state kept on the method.
         """
         cfg = self.config
         mask = batch.response_mask
@@ -172,9 +181,8 @@ class CreditMethod:
             "clip_frac": float(masked_mean(clipped, mask)),
             "approx_kl": float(masked_mean((batch.old_logprobs - logprobs).detach(), mask)),
         }
-        if cfg.kl_coef > 0 and batch.ref_logprobs is not None:
-            kl = kl_estimate(logprobs, batch.ref_logprobs, cfg.kl_kind)  # type: ignore[arg-type]
-            kl_loss = aggregate_loss(kl, mask, cfg.aggregation, normalizers)
-            loss = loss + cfg.kl_coef * kl_loss
-            stats["kl_ref"] = float(kl_loss.detach())
+        kl_term, kl_stats = kl_penalty(cfg, logprobs, batch, normalizers)
+        if kl_term is not None:
+            loss = loss + kl_term
+            stats.update(kl_stats)
         return loss, stats

@@ -2,7 +2,7 @@
 
 Reference method, not from a paper: the upper bound every credit-assignment method is measured
 against on the testbed. It reads the step ground truth (``first_wrong_mask`` and friends, see
-:data:`methods.base.EXTRA_KEYS`) that only a synthetic task with a step checker can supply.
+:data:`methods.contract.STEP_TRUTH_KEYS`) that only a synthetic task with a step checker can supply.
 
 Key equations (G responses o_1..o_G to one prompt, W_i the blamed tokens of o_i):
 

@@ -70,6 +70,20 @@ def token_drift(logp0: Tensor, logpk: Tensor) -> Tensor:
     return torch.nan_to_num(2.0 * torch.tanh(gap / 2.0), nan=0.0)
 
 
+def drift_mask(logp0: Tensor, logpk: Tensor, eos_id: int, threshold: float = 0.8) -> Tensor:
+    """The drift filter's masked set M, bool ``[R, V]``, from log p0 ``[R, V]`` and log pk
+    ``[K, R, V]`` (§2, App. C): the longest run of highest-drift non-EOS tokens whose p0 mass
+    stays <= ``threshold``. Ties keep vocabulary order; EOS is never masked."""
+    drift = token_drift(logp0.unsqueeze(0), logpk).mean(0)
+    drift[:, eos_id] = -torch.inf  # sorted last and never taken
+    order = torch.sort(drift, dim=-1, descending=True, stable=True).indices
+    mass = logp0.exp().gather(-1, order).cumsum(-1)
+    take = mass <= threshold
+    mask = torch.zeros_like(take).scatter(-1, order, take)
+    mask[:, eos_id] = False
+    return mask
+
+
 def group_token_zscore(
     values: Tensor,
     mask: Tensor,
@@ -184,6 +198,10 @@ class SCAPO(CreditMethod):
     paper = "Semifactual Credit-Augmented Policy Optimization (arXiv 2609.40360)"
     Config = SCAPOConfig
     config: SCAPOConfig
+    decoding_variants = REWRITES  # the drift filter of §2 (``creditbench eval --decode-with``)
+
+    def decoding_mask(self, logp0: Tensor, logpk: Tensor, eos_id: int, threshold: float) -> Tensor:
+        return drift_mask(logp0, logpk, eos_id, threshold)
 
     def advantages(self, batch, services: Services | None = None):
         cfg = self.config

@@ -17,7 +17,7 @@ import torch
 from hypothesis import strategies as st
 from torch import Tensor
 
-from creditbench.methods.base import EXTRA_KEYS
+from creditbench.methods.contract import STEP_TRUTH_KEYS
 from creditbench.methods.core import RolloutBatch
 
 VOCAB = 32
@@ -32,7 +32,7 @@ PROMPT_WIDTH = 4
 def _step_ground_truth(
     lengths: Tensor, failed: Tensor, width: int, gen: torch.Generator
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """``step_ids`` ``[B, T]`` and the :data:`EXTRA_KEYS` masks ``[B, T]`` of a batch.
+    """``step_ids`` ``[B, T]`` and the :data:`STEP_TRUTH_KEYS` masks ``[B, T]`` of a batch.
 
     Each response's tokens are cut into 1-4 contiguous steps. A failed response gets a first
     wrong step; its tokens form ``first_wrong_mask``, the tokens of later steps
@@ -67,7 +67,9 @@ def _step_ground_truth(
         "wrong_step_mask": wrong.float(),
         "filler_mask": filler.float(),
     }
-    assert set(masks) == set(EXTRA_KEYS), "keep the fake ground truth in step with EXTRA_KEYS"
+    assert set(masks) == set(STEP_TRUTH_KEYS), (
+        "keep the fake ground truth in step with STEP_TRUTH_KEYS"
+    )
     return step_ids, masks
 
 
@@ -164,7 +166,7 @@ def rollout_batches(
 ) -> RolloutBatch:
     """Random valid batches: groups of one and unequal sizes, unequal lengths (>= 1 token),
     0/1 or dyadic rewards, optional reference log-probs and step ids, and the step ground
-    truth of :data:`EXTRA_KEYS` (always with ``extras=True``, never with ``False``, either
+    truth of :data:`STEP_TRUTH_KEYS` (always with ``extras=True``, never with ``False``, either
     way with ``None``)."""
     num_groups = draw(st.integers(min_groups, max_groups))
     group_size, length = st.integers(1, max_group_size), st.integers(1, max_len)

@@ -4,7 +4,7 @@ Every response starts with the same token in the same context (context 0, action
 each response has contexts of its own. The gradient of a loss on the shared context's logits
 is then the exact parameter-space gradient through the shared token, the ground truth for
 token gradient cancellation (notes on arXiv 2604.13088, §1.3 and §1.6) that
-:mod:`creditbench.leaderboard.cancellation` measures in log-prob space.
+:mod:`creditbench.harness.diagnostics.cancellation` measures in log-prob space.
 """
 
 from __future__ import annotations

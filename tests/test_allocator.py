@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from creditbench.harness import allocator
-from creditbench.harness.provenance import capture_environment
+from creditbench.harness.records.provenance import capture_environment
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
 

@@ -13,8 +13,8 @@ from creditbench.harness.bench import (
     select_runs,
     suite_path,
 )
-from creditbench.harness.cli import main
-from creditbench.harness.rundir import RunDir
+from creditbench.harness.cli.main import main
+from creditbench.harness.records.rundir import RunDir
 from creditbench.methods.registry import list_methods
 
 
@@ -90,8 +90,8 @@ def test_only_selects_runs_by_glob_in_the_order_of_the_patterns(capsys):
 
 @pytest.mark.slow
 def test_bench_runs_workers_and_skips_finished_runs(tmp_path, capsys):
-    from creditbench.harness.bootstrap import task_alphabet
-    from creditbench.harness.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
     from creditbench.harness.tasks import get_task
 
     tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))

@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from creditbench.harness import bootstrap, policy_cache
-from creditbench.harness.bootstrap import (
+from creditbench.harness.cli.main import main
+from creditbench.harness.models import bootstrap, policy_cache
+from creditbench.harness.models.bootstrap import (
     BootstrapConfig,
     as_bootstrap_config,
     ensure_base_policy,
@@ -22,9 +23,8 @@ from creditbench.harness.bootstrap import (
     teacher_task_options,
     train_base_policy,
 )
-from creditbench.harness.cli import main
-from creditbench.harness.modeling import load_policy
-from creditbench.harness.policy_cache import cache_key, read_manifest
+from creditbench.harness.models.modeling import load_policy
+from creditbench.harness.models.policy_cache import cache_key, read_manifest
 from creditbench.harness.tasks.base import Grade, Problem
 
 FAST = dict(preset="nano", steps=3, batch_size=4, warmup=1)
@@ -200,7 +200,7 @@ def test_teacher_trains_on_clean_traces(tmp_path, sum_task):
 
 
 def test_clean_traces_make_a_correct_chain_teacher_data():
-    from creditbench.harness.bootstrap import make_task
+    from creditbench.harness.models.bootstrap import make_task
 
     task = make_task("chain", teacher_task_options("chain", {"steps": 4}))
     rng = random.Random(0)
@@ -247,8 +247,8 @@ def test_cli_bootstrap_bad_input_exits_2(tmp_path, capsys):
 
 
 def test_chain_task_sft_examples_fit_the_character_tokenizer():
-    from creditbench.harness.bootstrap import make_task, sft_pairs, task_alphabet
-    from creditbench.harness.modeling import build_char_tokenizer
+    from creditbench.harness.models.bootstrap import make_task, sft_pairs, task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer
 
     task = make_task("chain", {"steps": 4})
     tokenizer = build_char_tokenizer(task_alphabet(task))
@@ -293,7 +293,7 @@ def test_shipped_checkpoints_are_intact_and_load():
 
 
 def test_options_equal_to_the_defaults_find_the_shipped_base_policy(tmp_path):
-    from creditbench.harness.bootstrap import ensure_base_policy, non_default_options
+    from creditbench.harness.models.bootstrap import ensure_base_policy, non_default_options
 
     assert (
         non_default_options("chain", {"steps": 8, "fillers": ["so", "then", "next", "now"]}) == {}

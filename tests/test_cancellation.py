@@ -13,7 +13,7 @@ the same coefficient (notes on arXiv 2604.13088, §1.3 and §1.6):
 
 :func:`tabular.shared_token_gradient` gives the gradient on the shared context's logits of
 any loss built from a batch. The second half checks the harness's diagnostic
-(:mod:`creditbench.leaderboard.cancellation`), which reads the same quantity off the loss's
+(:mod:`creditbench.harness.diagnostics.cancellation`), which reads the same quantity off the loss's
 gradient on token log-probs, against it.
 """
 
@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import Tensor
 
-from creditbench.leaderboard.cancellation import (
+from creditbench.harness.diagnostics.cancellation import (
     CANCEL_KEYS,
     cancellation_diagnostics,
     logprob_gradient,
@@ -147,7 +147,7 @@ def test_the_helper_takes_a_registered_method() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The harness's diagnostic (leaderboard.cancellation) against the tabular ground truth
+# The harness's diagnostic (harness.diagnostics.cancellation) against the tabular ground truth
 # --------------------------------------------------------------------------------------------
 
 

@@ -411,7 +411,7 @@ def test_bad_mix_is_refused() -> None:
 
 
 def _char_tokenizer():
-    from creditbench.harness.modeling import build_char_tokenizer
+    from creditbench.harness.models.modeling import build_char_tokenizer
 
     return build_char_tokenizer(ALPHABET)
 

@@ -17,7 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import Tensor
 
-from creditbench.methods.base import EXTRA_KEYS, CreditMethod, LossConfig
+from creditbench.methods.base import CreditMethod, LossConfig
+from creditbench.methods.contract import STEP_TRUTH_KEYS
 from creditbench.methods.core import Normalizers, RolloutBatch
 from creditbench.methods.registry import (
     UnknownMethodError,
@@ -199,4 +200,4 @@ def test_method_is_documented(name: str) -> None:
     assert "Deviations" in docs, "the method's docstring must say what it chose (Deviations)"
     assert issubclass(cls.Config, LossConfig)
     assert isinstance(cls(), CreditMethod)
-    assert set(cls.requires_extras) <= set(EXTRA_KEYS), "unknown key in requires_extras"
+    assert set(cls.requires_extras) <= set(STEP_TRUTH_KEYS), "unknown key in requires_extras"

@@ -3,7 +3,7 @@ sequence weights and sign-dependent clipping break it.
 
 The cancellation checks run on the tabular group of :mod:`tabular` (every response starts with
 the same token in the same context) and read the exact gradient on the shared context, and the
-harness's diagnostic (:mod:`creditbench.leaderboard.cancellation`) beside it.
+harness's diagnostic (:mod:`creditbench.harness.diagnostics.cancellation`) beside it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import Tensor
 
-from creditbench.leaderboard.cancellation import loss_cancellation
+from creditbench.harness.diagnostics.cancellation import loss_cancellation
 from creditbench.methods.core import Normalizers, RolloutBatch
 from creditbench.methods.dfpo import (
     DFPOConfig,

@@ -11,17 +11,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import creditbench.harness as harness_pkg
-from creditbench.harness.cli import main
-from creditbench.harness.drift_decoding import (
+from creditbench.harness.cli.main import main
+from creditbench.harness.models.policy_cache import read_manifest
+from creditbench.harness.sampling.drift_decoding import (
     DriftFilter,
     DriftSampler,
     check_threshold,
-    drift_mask,
     filtered_logprobs,
 )
-from creditbench.harness.policy_cache import read_manifest
-from creditbench.harness.rollout import sample_responses
-from creditbench.methods.scapo import token_drift
+from creditbench.harness.sampling.rollout import sample_responses
+from creditbench.methods.scapo import SCAPO, drift_mask, token_drift
+
+RULE = SCAPO()  # the drift filter's masking rule and rewrites are SCAPO's
 
 # --------------------------------------------------------------------------------------------
 # The masking rule on hand-made distributions
@@ -122,7 +123,7 @@ def test_cached_rewrite_logits_equal_a_full_forward() -> None:
     model = tiny_model()
     rewrite_ids = torch.tensor([[0, 0, 3, 4], [5, 6, 7, 8], [0, 9, 3, 3], [0, 0, 0, 4]])
     rewrite_mask = (rewrite_ids != 0).float()
-    drift = DriftFilter(model, rewrite_ids, rewrite_mask, prompt_width=3, eos_id=1)
+    drift = DriftFilter(model, rewrite_ids, rewrite_mask, prompt_width=3, eos_id=1, rule=RULE)
     generated = torch.randint(3, 12, (2, 5), generator=torch.Generator().manual_seed(1))
     for t in range(6):
         got = drift._rewrite_logits(generated[:, :t])
@@ -160,24 +161,24 @@ class RewriteTask:
 def test_threshold_zero_decodes_like_plain_sampling(temperature: float) -> None:
     model, tok, prompts = tiny_model(), CharTokenizer(), ["abc", "defg", "e"]
     options = dict(n=2, max_new_tokens=6, temperature=temperature, seed=5)
-    sampler = DriftSampler(RewriteTask(), prompts, threshold=0.0)
+    sampler = DriftSampler(RewriteTask(), prompts, RULE, threshold=0.0)
     filtered = sampler(model, tok, prompts, **options)
     plain = sample_responses(model, tok, prompts, **options)
     assert filtered.texts == plain.texts
     assert torch.equal(filtered.response_ids, plain.response_ids)
     assert sampler.summary()["drift_masked_mass"] == 0.0
-    strict = DriftSampler(RewriteTask(), prompts, threshold=0.8)
+    strict = DriftSampler(RewriteTask(), prompts, RULE, threshold=0.8)
     strict(model, tok, prompts, **options)
     assert 0.0 < strict.summary()["drift_masked_mass"] <= 0.8
 
 
 def test_a_task_without_rewrites_is_refused() -> None:
     with pytest.raises(ValueError, match="drift_filter: .*no prompt rewrites"):
-        DriftSampler(object(), ["abc"])
+        DriftSampler(object(), ["abc"], RULE)
 
 
 # --------------------------------------------------------------------------------------------
-# creditbench eval --drift-filter on the shipped base policy
+# creditbench eval --decode-with scapo on the shipped base policy
 # --------------------------------------------------------------------------------------------
 
 
@@ -191,7 +192,7 @@ def shipped_base() -> Path:
 def test_eval_with_the_drift_filter_end_to_end(capsys) -> None:
     argv = ["eval", "--model", str(shipped_base()), "--n", "4", "--k", "1", "--threads", "1"]
     argv += ["--max-new-tokens", "64"]
-    assert main([*argv, "--drift-filter"]) == 0
+    assert main([*argv, "--decode-with", "scapo"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n_problems"] == 4 and out["drift_threshold"] == 0.8
     assert 0.0 < out["drift_masked_mass"] <= 0.8
@@ -200,6 +201,12 @@ def test_eval_with_the_drift_filter_end_to_end(capsys) -> None:
 
 
 def test_eval_refuses_a_bad_threshold(capsys) -> None:
-    argv = ["eval", "--model", str(shipped_base()), "--drift-filter", "--drift-threshold", "1.5"]
-    assert main(argv) == 2
+    argv = ["eval", "--model", str(shipped_base()), "--decode-with", "scapo"]
+    assert main([*argv, "--drift-threshold", "1.5"]) == 2
     assert "--drift-threshold: must be in [0, 1) (got 1.5)" in capsys.readouterr().err
+
+
+def test_eval_refuses_a_method_without_a_decoding_rule(capsys) -> None:
+    argv = ["eval", "--model", str(shipped_base()), "--decode-with", "grpo"]
+    assert main(argv) == 2
+    assert "--decode-with: 'grpo' has no decoding rule (have: scapo)" in capsys.readouterr().err

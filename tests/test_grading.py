@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from creditbench.harness.grading import _Verifier, extract_answer, grade_math, last_boxed
 from creditbench.harness.tasks.base import Grade
+from creditbench.harness.tasks.grading import _Verifier, extract_answer, grade_math, last_boxed
 
 
 @pytest.mark.parametrize(

@@ -482,10 +482,10 @@ def test_task_operator_and_options_that_skip_or_drop_repairs():
 
 @pytest.fixture(scope="module")
 def harness():
-    from creditbench.harness.bootstrap import task_alphabet
     from creditbench.harness.budget import BudgetMeter
     from creditbench.harness.config import RolloutConfig
-    from creditbench.harness.modeling import build_char_tokenizer, build_model
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model
     from creditbench.harness.services import HarnessServices
     from creditbench.harness.tasks import get_task
 

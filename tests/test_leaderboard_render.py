@@ -16,9 +16,9 @@ import subprocess
 
 import pytest
 
-from creditbench.harness.cli import main as cli_main
+from creditbench.harness.cli.main import main as cli_main
 from creditbench.harness.config import RunConfig, to_dict
-from creditbench.harness.rundir import RunDir
+from creditbench.harness.records.rundir import RunDir
 from creditbench.leaderboard import LeaderboardError, collect_runs, render
 
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
+from creditbench.harness.diagnostics.credit import auroc, credit_diagnostics
 from creditbench.leaderboard.collect import options_key, trapezoid
-from creditbench.leaderboard.credit import auroc, credit_diagnostics
 from creditbench.leaderboard.stats import (
     Interval,
     bootstrap_interval,

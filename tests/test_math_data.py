@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from creditbench.harness.grading import grade_math
 from creditbench.harness.tasks import UnknownTaskError, get_task, list_tasks
+from creditbench.harness.tasks.grading import grade_math
 from creditbench.harness.tasks.math_data import DataError, MissingPackageError, load_problems
 
 
@@ -130,7 +130,7 @@ def test_unknown_option_is_named() -> None:
 
 
 def test_cli_data_commands(capsys: pytest.CaptureFixture) -> None:
-    from creditbench.harness.cli import main
+    from creditbench.harness.cli.main import main
 
     assert main(["data", "list"]) == 0
     assert "math500" in capsys.readouterr().out

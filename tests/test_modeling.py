@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from creditbench.harness.modeling import (
+from creditbench.harness.models.modeling import (
     MODEL_PRESETS,
     build_char_tokenizer,
     build_model,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 
-from creditbench.harness.cli import main
+from creditbench.harness.cli.main import main
 
 
 def test_perf_prints_phases_methods_relative_to_grpo_and_the_plain_loop(tmp_path, capsys):
-    from creditbench.harness.bootstrap import task_alphabet
-    from creditbench.harness.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
     from creditbench.harness.tasks import get_task
 
     tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))

@@ -12,12 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import kendalltau
 
-from creditbench.harness import reproduce as rp
-from creditbench.harness import reproduce_budget as budget
-from creditbench.harness import reproduce_plan as plans
 from creditbench.harness.bench import run_config
-from creditbench.harness.cli import main
-from creditbench.harness.reproduce_recipe import (
+from creditbench.harness.cli.main import main
+from creditbench.harness.records.rundir import RunDir
+from creditbench.harness.reproduce import budget
+from creditbench.harness.reproduce import plan as plans
+from creditbench.harness.reproduce import run as rp
+from creditbench.harness.reproduce.recipe import (
     RECIPE_SETTINGS,
     Environment,
     ReproduceError,
@@ -26,8 +27,7 @@ from creditbench.harness.reproduce_recipe import (
     paper_recipe,
     split_methods,
 )
-from creditbench.harness.reproduce_report import kendall_tau, ordering_agreement
-from creditbench.harness.rundir import RunDir
+from creditbench.harness.reproduce.report import kendall_tau, ordering_agreement
 from creditbench.reference.card_schema import card_from_dict
 
 GRPO_FAMILY = ("deepseekmath_grpo", "drgrpo", "dapo", "gspo", "rloo", "reinforce_pp")
@@ -308,8 +308,8 @@ def test_kendall_tau_is_scipys_tau_b(pairs):
 @pytest.fixture(scope="module")
 def nano_policy(tmp_path_factory):
     """An untrained nano policy for the chain task: runs take seconds, not minutes."""
-    from creditbench.harness.bootstrap import task_alphabet
-    from creditbench.harness.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
     from creditbench.harness.tasks import get_task
 
     tokenizer = build_char_tokenizer(task_alphabet(get_task("chain")))

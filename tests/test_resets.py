@@ -481,8 +481,8 @@ class GradeCounter:
 
 @pytest.fixture(scope="module")
 def nano():
-    from creditbench.harness.bootstrap import task_alphabet
-    from creditbench.harness.modeling import build_char_tokenizer, build_model
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model
     from creditbench.harness.tasks import get_task
 
     task = get_task("chain", steps=2, train_size=16, eval_size=4)
@@ -541,7 +541,7 @@ def test_budget_charges_every_generated_token(nano, name):
 
 
 def test_delimited_step_ids_cut_after_each_delimiter(nano):
-    from creditbench.harness.rollout import pad_layout
+    from creditbench.harness.sampling.rollout import pad_layout
 
     services = harness_services(nano, wins=0)
     tokenizer = services.tokenizer

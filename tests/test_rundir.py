@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from creditbench.harness.rundir import (
+from creditbench.harness.records.rundir import (
     MetricsLogger,
     RunDir,
     RunDirError,

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditbench.harness.scorers import ema_update_
+from creditbench.harness.scoring.scorers import ema_update_
 from creditbench.harness.services import HarnessServices
 from creditbench.methods.oppo import evidence
 from creditbench.methods.registry import get_method
@@ -343,10 +343,10 @@ def test_ema_updates_a_tied_weight_once() -> None:
 
 @pytest.fixture(scope="module")
 def services():
-    from creditbench.harness.bootstrap import task_alphabet
     from creditbench.harness.budget import BudgetMeter
     from creditbench.harness.config import RolloutConfig
-    from creditbench.harness.modeling import build_char_tokenizer, build_model
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model
     from creditbench.harness.tasks import get_task
 
     task = get_task("chain", steps=2)

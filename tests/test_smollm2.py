@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from creditbench.harness.modeling import (
+from creditbench.harness.models.modeling import (
     generate_texts,
     load_policy,
     model_shape,

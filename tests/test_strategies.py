@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditbench.methods.base import EXTRA_KEYS
+from creditbench.methods.contract import STEP_TRUTH_KEYS
 from creditbench.methods.core import RolloutBatch
 
 from strategies import (
@@ -27,7 +27,7 @@ def test_batches_are_valid_and_their_step_ground_truth_consistent(batch: Rollout
     # Right padding: the mask is a prefix of ones.
     assert torch.equal(mask, (torch.arange(mask.shape[-1]) < lengths.unsqueeze(-1)).float())
     assert (batch.old_logprobs < 0).all()
-    assert set(batch.extras) == set(EXTRA_KEYS)
+    assert set(batch.extras) == set(STEP_TRUTH_KEYS)
     first, after = batch.extras["first_wrong_mask"], batch.extras["after_wrong_mask"]
     wrong, filler = batch.extras["wrong_step_mask"], batch.extras["filler_mask"]
     for extra in batch.extras.values():

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from creditbench.harness.cli import main
+from creditbench.harness.cli.main import main
 from creditbench.harness.config import load_config
-from creditbench.harness.rundir import RunDir
-from creditbench.harness.trainer import NonFiniteError, Trainer
+from creditbench.harness.records.rundir import RunDir
+from creditbench.harness.training.trainer import NonFiniteError, Trainer
 from creditbench.methods.base import CreditMethod
 from creditbench.methods.registry import _REGISTRY, register_method
 
@@ -68,8 +68,8 @@ def test_methods():
 
 @pytest.fixture(scope="module")
 def nano_policy(tmp_path_factory) -> Path:
-    from creditbench.harness.bootstrap import task_alphabet
-    from creditbench.harness.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
     from creditbench.harness.tasks import get_task
 
     tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
@@ -137,7 +137,7 @@ DRIVER = textwrap.dedent(
     torch.set_num_threads(1)
     from test_trainer import register_test_methods
     register_test_methods()
-    from creditbench.harness.cli import main
+    from creditbench.harness.cli.main import main
     sys.exit(main(sys.argv[1:]))
     """
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from creditbench.harness.cli import main
+from creditbench.harness.cli.main import main
 from creditbench.leaderboard.validation import length_trend, validation_markdown, validation_table
 
 

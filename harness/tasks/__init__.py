@@ -19,7 +19,7 @@ class UnknownTaskError(KeyError):
 
 
 def _chain(**options: Any):
-    from .chain import ChainConfig, ChainTask
+    from creditbench.harness.tasks.chain import ChainConfig, ChainTask
 
     known = {f.name for f in fields(ChainConfig)}
     unknown = sorted(set(options) - known)
@@ -32,7 +32,7 @@ def _chain(**options: Any):
 
 def _math(name: str):
     def build(**options: Any):
-        from .math_data import MathTask
+        from creditbench.harness.tasks.math_data import MathTask
 
         known = ("source", "hub_config", "prompt_template", "limit", "timeout_s")
         unknown = sorted(set(options) - set(known))

@@ -25,8 +25,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from .base import PROMPT_VARIANTS, Grade, Problem, StepVerdict
-from .chain_prompts import (
+from creditbench.harness.tasks.base import PROMPT_VARIANTS, Grade, Problem, StepVerdict
+from creditbench.harness.tasks.chain_prompts import (
     FRAMINGS,
     TEMPLATES,
     localize_prompt,
@@ -37,7 +37,7 @@ from .chain_prompts import (
     suffix_tag,
     typo,
 )
-from .chain_steps import (
+from creditbench.harness.tasks.chain_steps import (
     ALPHABET,
     ERROR_KINDS,
     Op,
@@ -49,7 +49,7 @@ from .chain_steps import (
     render_step,
     running_values,
 )
-from .chain_traces import (
+from creditbench.harness.tasks.chain_traces import (
     corrupt_solution,
     plan_text,
     repair_solution,

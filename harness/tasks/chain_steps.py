@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .base import StepVerdict
+from creditbench.harness.tasks.base import StepVerdict
 
 MODULUS = 100
 ANSWER_MARKER = "Answer:"

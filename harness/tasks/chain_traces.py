@@ -18,7 +18,7 @@ import random
 import re
 from typing import TYPE_CHECKING
 
-from .chain_steps import (
+from creditbench.harness.tasks.chain_steps import (
     ANSWER_MARKER,
     MODULUS,
     Op,
@@ -30,7 +30,7 @@ from .chain_steps import (
 )
 
 if TYPE_CHECKING:
-    from .chain import ChainConfig
+    from creditbench.harness.tasks.chain import ChainConfig
 
 OP_KINDS = {"+": "add", "-": "sub", "*": "mul", "%": "mod"}
 

@@ -11,7 +11,7 @@ Where the rows come from (``source``):
 ``datasets`` does the loading. Rows are validated first, so that a malformed row fails with its
 file and line. Reference answers: GSM8K's ``#### N``, the last ``\\boxed{}`` of a MATH solution,
 MATH-500's ``answer`` field. A row whose answer marker is there but empty (``\\boxed{}``; two
-rows of MATH train) is skipped with a warning. Grading is :func:`harness.grading.grade_math`.
+rows of MATH train) is skipped with a warning. Grading is :func:`harness.tasks.grading.grade_math`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..grading import grade_math, last_boxed, normalize_number
-from .base import Grade, Problem
+from creditbench.harness.tasks.base import Grade, Problem
+from creditbench.harness.tasks.grading import grade_math, last_boxed, normalize_number
 
 DEFAULT_TEMPLATE = (
     "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."

@@ -1,5 +1,5 @@
 """From character spans of a response to per-token masks: the step ground truth a trainer
-attaches to a batch (``RolloutBatch.extras``, keys :data:`methods.base.EXTRA_KEYS`).
+attaches to a batch (``RolloutBatch.extras``, keys :data:`methods.contract.STEP_TRUTH_KEYS`).
 
 The offsets of the tokens come from decoding, so that they match the text the task judged:
 ``text = tokenizer.decode(token_ids, skip_special_tokens=True)``. Special tokens (the end of

@@ -45,7 +45,7 @@ OVERRIDES = [
 def replay_records(method: str, workdir: Path) -> list[dict]:
     """The metrics of the fixture run of ``method`` in ``workdir``, without wall-clock fields."""
     from creditbench.harness.config import load_config
-    from creditbench.harness.trainer import Trainer
+    from creditbench.harness.training.trainer import Trainer
 
     torch.set_num_threads(1)
     config = load_config(None, [f"method={method}", f"output_dir={workdir}", *OVERRIDES])

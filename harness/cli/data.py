@@ -47,7 +47,7 @@ def add_data_commands(subparsers) -> None:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from .tasks import list_tasks
+    from creditbench.harness.tasks import list_tasks
 
     tasks = list_tasks()
     width = max(map(len, tasks))
@@ -57,8 +57,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from .tasks import UnknownTaskError, get_task
-    from .tasks.math_data import MissingPackageError
+    from creditbench.harness.tasks import UnknownTaskError, get_task
+    from creditbench.harness.tasks.math_data import MissingPackageError
 
     try:
         task = get_task(args.task, **dict(args.option))
@@ -88,7 +88,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _show_steps(task, problem, rng: random.Random) -> None:
     """The reference solution, then a sampled (or perturbed) one with every step's verdict."""
-    from .tasks.chain_steps import ERROR_KINDS
+    from creditbench.harness.tasks.chain_steps import ERROR_KINDS
 
     print("--- reference solution:")
     for line in task.reference_solution(problem).split("\n"):

@@ -29,14 +29,8 @@ from typing import Any
 
 import torch
 
-from creditbench.leaderboard.cancellation import loss_cancellation
-from creditbench.leaderboard.credit import credit_diagnostics
-from creditbench.methods.base import EXTRA_KEYS
-from creditbench.methods.core import RolloutBatch, masked_mean
-from creditbench.methods.registry import get_method
-
-from .budget import BudgetMeter
-from .config import (
+from creditbench.harness.budget import BudgetMeter
+from creditbench.harness.config import (
     ConfigError,
     RunConfig,
     build_method_config,
@@ -44,11 +38,21 @@ from .config import (
     resolve_method_options,
     to_dict,
 )
-from .evaluation import evaluate
-from .ppo import NonFiniteError, check_finite, ppo_update
-from .rollout import derive_seed
-from .rundir import MetricsLogger, RunDir, capture_environment, restore_rng_state
-from .services import HarnessServices, sequence_lengths
+from creditbench.harness.diagnostics.cancellation import loss_cancellation
+from creditbench.harness.diagnostics.credit import credit_diagnostics
+from creditbench.harness.records.rundir import (
+    MetricsLogger,
+    RunDir,
+    capture_environment,
+    restore_rng_state,
+)
+from creditbench.harness.sampling.rollout import derive_seed
+from creditbench.harness.services import HarnessServices, sequence_lengths
+from creditbench.harness.training.evaluation import evaluate
+from creditbench.harness.training.ppo import NonFiniteError, check_finite, ppo_update
+from creditbench.methods.contract import STEP_TRUTH_KEYS
+from creditbench.methods.core import RolloutBatch, masked_mean
+from creditbench.methods.registry import get_method
 
 # The budget of a run whose config leaves budget.amount at 0, per unit: the quick suite's.
 # 1.2e12 FLOPs is about 8 steps of 8 prompts x 8 responses on the 8-step chain task with the
@@ -102,7 +106,7 @@ class Trainer:
     """
 
     def __init__(self, config: RunConfig, run_dir: RunDir | str | Path | None = None) -> None:
-        from .tasks import get_task
+        from creditbench.harness.tasks import get_task
 
         if config.budget.amount <= 0:
             if config.budget.unit not in DEFAULT_BUDGET:
@@ -116,7 +120,7 @@ class Trainer:
         except (KeyError, TypeError, ValueError) as err:
             message = err.args[0] if err.args else str(err)
             raise ConfigError(f"task: {message}") from None
-        supplies = set(EXTRA_KEYS) if hasattr(self.task, "first_wrong_step") else set()
+        supplies = set(STEP_TRUTH_KEYS) if hasattr(self.task, "first_wrong_step") else set()
         missing = [key for key in self.method_cls.requires_extras if key not in supplies]
         if missing:
             raise ConfigError(
@@ -142,7 +146,7 @@ class Trainer:
         return cls(from_dict(RunConfig, run_dir.config()), run_dir)
 
     def _check_bootstrap_options(self) -> None:
-        from .bootstrap import as_bootstrap_config, task_alphabet
+        from creditbench.harness.models.bootstrap import as_bootstrap_config, task_alphabet
 
         try:
             task_alphabet(self.task)
@@ -159,22 +163,22 @@ class Trainer:
     # --- building ---------------------------------------------------------------------------
 
     def _load_base_policy(self):
-        from .modeling import load_policy
+        from creditbench.harness.models.modeling import load_policy
 
         cfg = self.config.model
         dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
         if cfg.path is not None:
             path = Path(cfg.path)
         else:
-            from .bootstrap import ensure_base_policy
+            from creditbench.harness.models.bootstrap import ensure_base_policy
 
             path = ensure_base_policy(self.config.task, self.config.task_options, self.config)
         self.base_path = path
         return load_policy(path, dtype=dtype, device=self.device, gguf_file=cfg.gguf_file)
 
     def _teacher(self):
-        from .bootstrap import ensure_teacher_policy
-        from .modeling import load_policy
+        from creditbench.harness.models.bootstrap import ensure_teacher_policy
+        from creditbench.harness.models.modeling import load_policy
 
         path = ensure_teacher_policy(self.config.task, self.config.task_options, self.config)
         model, _ = load_policy(path, device=self.device)
@@ -211,7 +215,7 @@ class Trainer:
         )
         sampler = None
         if cfg.rollout.backend == "vllm":
-            from .rollout import VLLMBackend
+            from creditbench.harness.sampling.rollout import VLLMBackend
 
             sampler = VLLMBackend(self.base_path, self.tokenizer, seed=cfg.seed)
         micro = cfg.train.micro_batch_size or cfg.rollout.prompts_per_step * cfg.rollout.group_size
@@ -354,7 +358,7 @@ class Trainer:
         if first_wrong is not None:  # step ground truth: does the method blame the right tokens?
             diagnostics.update(credit_diagnostics(advantages, mask, first_wrong, batch.rewards))
         # Token gradient cancellation of the step's first update, at the behaviour policy (the
-        # loss's gradient on token log-probs): leaderboard.cancellation. A measurement, so a
+        # loss's gradient on token log-probs): harness.diagnostics.cancellation. A measurement, so a
         # loss that runs a model pass of its own (SDPO's top-K) is not charged for it here.
         with self.meter.outside_budget():
             cancel = loss_cancellation(

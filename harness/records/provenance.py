@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .allocator import allocator_setting
+from creditbench.harness.allocator import allocator_setting
 
 
 def _git_state(package_dir: Path) -> tuple[str | None, bool | None]:

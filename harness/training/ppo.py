@@ -14,9 +14,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from creditbench.harness.sampling.rollout import token_logprobs_and_entropy
 from creditbench.methods.core import Normalizers, RolloutBatch
-
-from .rollout import token_logprobs_and_entropy
 
 
 class NonFiniteError(RuntimeError):

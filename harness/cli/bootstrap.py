@@ -41,7 +41,7 @@ def _fail(message: str) -> int:
 def _cmd_bootstrap(args: argparse.Namespace) -> int:
     import torch
 
-    from .bootstrap import (
+    from creditbench.harness.models.bootstrap import (
         BootstrapConfig,
         ensure_base_policy,
         ensure_teacher_policy,
@@ -49,7 +49,7 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
         make_task,
         teacher_config,
     )
-    from .modeling import load_policy
+    from creditbench.harness.models.modeling import load_policy
 
     fields = {"preset": args.preset, "steps": args.steps, "batch_size": args.batch_size}
     fields.update(lr=args.lr, seed=args.seed)
@@ -81,7 +81,7 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
         return _fail(f"--task-option {err}")
     ensure = ensure_teacher_policy if args.teacher else ensure_base_policy
     if args.teacher:
-        from .bootstrap import CLEAN_TRACE_OPTIONS
+        from creditbench.harness.models.bootstrap import CLEAN_TRACE_OPTIONS
 
         trained = teacher_config(config, args.task in CLEAN_TRACE_OPTIONS)
     else:
@@ -98,7 +98,7 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
     )
     build_seconds = time.perf_counter() - started
     if args.ship:
-        from .policy_cache import ASSETS_DIR
+        from creditbench.harness.models.policy_cache import ASSETS_DIR
 
         shipped = ASSETS_DIR / ("teacher" if args.teacher else "base") / path.name
         if shipped != path:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .allocator import keep_freed_memory
-from .cli_bootstrap import add_bootstrap_commands
-from .cli_data import add_data_commands
-from .cli_leaderboard import add_leaderboard_commands
-from .cli_reproduce import add_reproduce_commands
-from .cli_train import add_train_commands
+from creditbench.harness.allocator import keep_freed_memory
+from creditbench.harness.cli.bootstrap import add_bootstrap_commands
+from creditbench.harness.cli.data import add_data_commands
+from creditbench.harness.cli.leaderboard import add_leaderboard_commands
+from creditbench.harness.cli.reproduce import add_reproduce_commands
+from creditbench.harness.cli.train import add_train_commands
 
 
 def _cmd_methods(args: argparse.Namespace) -> int:

@@ -66,7 +66,7 @@ class Scorers:
             if self._teacher is None:
                 if self._teacher_loader is None:
                     raise ValueError("this task has no teacher model")
-                from .budget import BudgetMeter
+                from creditbench.harness.budget import BudgetMeter
 
                 self._teacher = self._teacher_loader()
                 self._teacher_meter = BudgetMeter.for_model(self._teacher)

@@ -1,5 +1,5 @@
 """``creditbench reproduce CARD``: run a paper card's recipe at CPU or paper scale and write the
-paper's numbers beside ours (see :mod:`creditbench.harness.reproduce`).
+paper's numbers beside ours (see :mod:`creditbench.harness.reproduce.run`).
 
 creditbench reproduce dapo                         # CPU scale, about 30 minutes
 creditbench reproduce dapo --dry-run               # the plan, nothing run
@@ -13,7 +13,7 @@ import sys
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from .reproduce import ReproduceError, reproduce
+    from creditbench.harness.reproduce.run import ReproduceError, reproduce
 
     try:
         return reproduce(

@@ -1,8 +1,9 @@
 """Credit diagnostics: does a method blame the tokens that went wrong?
 
 On the testbed the step checker marks, for every failed response, the tokens of its first wrong
-step (``first_wrong_mask``, see ``methods.base.EXTRA_KEYS``). Given one step's token advantages,
-:func:`credit_diagnostics` measures how a method's negative credit lines up with that label.
+step (``first_wrong_mask``, see ``methods.contract.STEP_TRUTH_KEYS``). Given one step's token
+advantages, :func:`credit_diagnostics` measures how a method's negative credit lines up with that
+label.
 
 Definitions (all over the *scored* responses: failed, ``reward <= 0.5``, with at least one
 first-wrong token; only tokens with ``response_mask = 1`` count; ``neg_t = max(-A_t, 0)``):

@@ -1,4 +1,5 @@
-"""Drift-filtered decoding: SCAPO's training-free sampler (arXiv 2609.40360, §2 and App. C).
+"""Drift-filtered decoding: a method's training-free sampler over prompt variants (SCAPO's,
+arXiv 2609.40360, §2 and App. C, is the one registered today).
 
 At every decoding step, with the response prefix y_<t generated so far, the model's next-token
 distribution under the original prompt, p0, is compared with its distributions pk under the K
@@ -19,22 +20,22 @@ with their own KV cache, so a step costs K + 1 single-token forwards.
 Choices the paper leaves open: d = 0 where p0 = pk = 0; ties keep vocabulary order (a stable
 sort); the drift is measured at the sampling temperature (1.0 in the paper); top-p is not used.
 
-``creditbench eval --drift-filter [--drift-threshold 0.8]`` evaluates a policy with it.
+The masking rule is the method's (``CreditMethod.decoding_mask``, SCAPO's ``drift_mask``) and
+so are the variants (``decoding_variants``); this module runs them inside ``generate``.
+``creditbench eval --decode-with scapo [--drift-threshold 0.8]`` evaluates a policy with it.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from creditbench.methods.scapo import REWRITES, token_drift
-
-from .rollout import (
+from creditbench.harness.sampling.rollout import (
     Samples,
     assemble_samples,
     autocast_for,
@@ -46,23 +47,20 @@ from .rollout import (
 )
 
 
+class DecodingRule(Protocol):
+    """What the sampler needs of a method: ``decoding_variants`` and ``decoding_mask``."""
+
+    decoding_variants: tuple[str, ...]
+
+    def decoding_mask(
+        self, logp0: Tensor, logpk: Tensor, eos_id: int, threshold: float
+    ) -> Tensor: ...
+
+
 def check_threshold(threshold: float) -> float:
     if not 0.0 <= threshold < 1.0:
         raise ValueError(f"drift_threshold: must be in [0, 1) (got {threshold!r})")
     return float(threshold)
-
-
-def drift_mask(logp0: Tensor, logpk: Tensor, eos_id: int, threshold: float = 0.8) -> Tensor:
-    """The masked set M as a bool ``[R, V]`` from log p0 ``[R, V]`` and log pk ``[K, R, V]``:
-    the longest run of highest-drift non-EOS tokens whose p0 mass stays <= ``threshold``."""
-    drift = token_drift(logp0.unsqueeze(0), logpk).mean(0)
-    drift[:, eos_id] = -torch.inf  # sorted last and never taken
-    order = torch.sort(drift, dim=-1, descending=True, stable=True).indices
-    mass = logp0.exp().gather(-1, order).cumsum(-1)
-    take = mass <= threshold
-    mask = torch.zeros_like(take).scatter(-1, order, take)
-    mask[:, eos_id] = False
-    return mask
 
 
 def filtered_logprobs(logp0: Tensor, mask: Tensor) -> Tensor:
@@ -79,6 +77,7 @@ class DriftFilter(LogitsProcessor):
             generation row r at row ``k * R + r``.
         rewrite_mask: ``[K * R, P']`` 1 on their real tokens.
         prompt_width: the width P of the ``input_ids`` ``generate`` was given.
+        rule: the method whose ``decoding_mask`` picks the masked tokens.
         temperature: p0 and pk are softmax(logits / temperature); give ``generate``
             temperature 1 so that nothing rescales the returned log-probs.
     """
@@ -91,10 +90,11 @@ class DriftFilter(LogitsProcessor):
         *,
         prompt_width: int,
         eos_id: int,
+        rule: DecodingRule,
         threshold: float = 0.8,
         temperature: float = 1.0,
     ) -> None:
-        self.model = model
+        self.model, self.rule = model, rule
         self.rewrite_ids, self.rewrite_mask = rewrite_ids, rewrite_mask
         self.prompt_width, self.eos_id = prompt_width, eos_id
         self.threshold, self.temperature = check_threshold(threshold), temperature
@@ -144,7 +144,7 @@ class DriftFilter(LogitsProcessor):
         logits_k = self._rewrite_logits(generated).view(-1, rows, vocab)
         logp0 = torch.log_softmax(scores.float() / self.temperature, dim=-1)
         logpk = torch.log_softmax(logits_k / self.temperature, dim=-1)
-        mask = drift_mask(logp0, logpk, self.eos_id, self.threshold)
+        mask = self.rule.decoding_mask(logp0, logpk, self.eos_id, self.threshold)
         live = ~(generated == self.eos_id).any(-1)  # rows still being written
         masked = (logp0.exp() * mask).sum(-1)[live]
         self.steps += int(live.sum())
@@ -157,18 +157,21 @@ class DriftSampler:
     """``sample_responses``'s signature, decoding with a :class:`DriftFilter`.
 
     ``problems`` are the problems whose prompts will be passed, in order; their rewrites come
-    from ``task.variant(problem, kind)`` for each kind of ``rewrites``.
+    from ``task.variant(problem, kind)`` for each of the rule's ``decoding_variants``.
     """
 
     def __init__(
-        self, task, problems: Sequence, threshold: float = 0.8, rewrites: Sequence[str] = REWRITES
+        self, task, problems: Sequence, rule: DecodingRule, threshold: float = 0.8
     ) -> None:
         if not hasattr(task, "variant"):
             raise ValueError(
                 f"drift_filter: task {getattr(task, 'name', task)!r} has no prompt rewrites"
             )
         self.threshold = check_threshold(threshold)
-        self.rewrites = [[task.variant(p, kind) for p in problems] for kind in rewrites]
+        self.rule = rule
+        self.rewrites = [
+            [task.variant(p, kind) for p in problems] for kind in rule.decoding_variants
+        ]
         self.filters: list[DriftFilter] = []
 
     def summary(self) -> dict[str, float]:
@@ -214,6 +217,7 @@ class DriftSampler:
                 r_mask,
                 prompt_width=ids.shape[1],
                 eos_id=eos_id,
+                rule=self.rule,
                 threshold=self.threshold,
                 temperature=temperature if temperature > 0 else 1.0,
             )

@@ -46,8 +46,8 @@ def set_threads(threads: int | None) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .config import ConfigError, load_config
-    from .trainer import NonFiniteError, Trainer
+    from creditbench.harness.config import ConfigError, load_config
+    from creditbench.harness.training.trainer import NonFiniteError, Trainer
 
     set_threads(args.threads)
     _quiet_transformers()
@@ -132,10 +132,10 @@ def _print_summary(summary: dict) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .config import ConfigError, EvalConfig, RunConfig, from_dict
-    from .evaluation import evaluate
-    from .modeling import load_policy
-    from .rundir import RunDir
+    from creditbench.harness.config import ConfigError, EvalConfig, RunConfig, from_dict
+    from creditbench.harness.models.modeling import load_policy
+    from creditbench.harness.records.rundir import RunDir
+    from creditbench.harness.training.evaluation import evaluate
 
     set_threads(args.threads)
     _quiet_transformers()
@@ -153,14 +153,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 return _fail("eval", str(err))
     task_name = args.task or run_config.task
     task_options = run_config.task_options if task_name == run_config.task else {}
-    from .cli_bootstrap import parse_task_options
-    from .tasks import get_task
+    from creditbench.harness.cli.bootstrap import parse_task_options
+    from creditbench.harness.tasks import get_task
 
     try:
         task_options = {**task_options, **parse_task_options(args.task_option)}
         task = get_task(task_name, **task_options)
         ev = from_dict(EvalConfig, {**_eval_fields(run_config.eval), **_eval_args(args)}, "eval")
-        drift = _drift_threshold(args, task)
+        rule = _decoding_rule(args, task)
     except (ConfigError, KeyError, TypeError, ValueError) as err:
         message = err.args[0] if err.args else str(err)
         return _fail("eval", str(message))
@@ -176,25 +176,32 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         batch_size=ev.batch_size,
         max_new_tokens=args.max_new_tokens or run_config.rollout.max_new_tokens,
         seed=args.seed,
-        drift_threshold=drift,
+        drift_threshold=args.drift_threshold,
+        decoding_rule=rule,
     )
     print(json.dumps({"model": str(source), "task": task_name, **result}, indent=2))
     return 0
 
 
-def _drift_threshold(args: argparse.Namespace, task) -> float | None:
-    """``--drift-filter``'s masked-mass threshold, or None when the filter is off."""
-    if not getattr(args, "drift_filter", False):
+def _decoding_rule(args: argparse.Namespace, task):
+    """The method named by ``--decode-with`` (its decoding rule), or None for plain decoding."""
+    name = getattr(args, "decode_with", None)
+    if name is None:
         return None
+    from creditbench.methods.registry import get_method, list_methods
+
+    ruled = sorted(n for n, cls in list_methods().items() if cls.decoding_variants)
+    if name not in ruled:
+        raise ValueError(f"--decode-with: {name!r} has no decoding rule (have: {', '.join(ruled)})")
     if not 0.0 <= args.drift_threshold < 1.0:
         raise ValueError(f"--drift-threshold: must be in [0, 1) (got {args.drift_threshold})")
     if not hasattr(task, "variant"):
-        raise ValueError(f"--drift-filter: task {task.name!r} has no prompt rewrites")
-    return float(args.drift_threshold)
+        raise ValueError(f"--decode-with: task {task.name!r} has no prompt variants")
+    return get_method(name)()
 
 
 def _eval_fields(ev) -> dict:
-    from .config import to_dict
+    from creditbench.harness.config import to_dict
 
     return to_dict(ev)
 
@@ -215,7 +222,7 @@ def _eval_args(args: argparse.Namespace) -> dict:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import SuiteError, run_suite
+    from creditbench.harness.bench import SuiteError, run_suite
 
     _quiet_transformers()
     try:
@@ -233,8 +240,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_perf(args: argparse.Namespace) -> int:
-    from .config import ConfigError
-    from .perf import run_perf
+    from creditbench.harness.config import ConfigError
+    from creditbench.harness.training.perf import run_perf
 
     set_threads(args.threads)
     _quiet_transformers()
@@ -283,9 +290,10 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int)
     p.add_argument(
-        "--drift-filter",
-        action="store_true",
-        help="decode with SCAPO's drift filter (masks tokens that move under prompt rewrites)",
+        "--decode-with",
+        metavar="METHOD",
+        help="decode with a method's training-free rule: scapo masks tokens whose probability "
+        "drifts under prompt rewrites",
     )
     p.add_argument(
         "--drift-threshold",

@@ -35,9 +35,14 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from . import policy_cache
-from .modeling import MODEL_PRESETS, build_char_tokenizer, build_model, save_policy
-from .policy_cache import cached_build
+from creditbench.harness.models import policy_cache
+from creditbench.harness.models.modeling import (
+    MODEL_PRESETS,
+    build_char_tokenizer,
+    build_model,
+    save_policy,
+)
+from creditbench.harness.models.policy_cache import cached_build
 
 # Bump when a change here changes what training produces; it invalidates every cached entry.
 FORMAT_VERSION = 1
@@ -49,7 +54,7 @@ class BootstrapConfig:
     """How the base policy is trained. Task options are passed separately.
 
     Attributes:
-        preset: model shape, a key of :data:`creditbench.harness.modeling.MODEL_PRESETS`.
+        preset: model shape, a key of :data:`creditbench.harness.models.modeling.MODEL_PRESETS`.
         steps: optimizer steps.
         batch_size: SFT examples per step.
         lr: peak learning rate (AdamW).
@@ -312,7 +317,7 @@ def train_base_policy(
 
 def make_task(task_name: str, task_options: dict[str, Any] | None = None) -> Any:
     """The task registry's ``get_task``; a seam the tests replace with a stand-in task."""
-    from .tasks import get_task
+    from creditbench.harness.tasks import get_task
 
     return get_task(task_name, **(task_options or {}))
 
@@ -448,7 +453,7 @@ def evaluate_policy(
     """Sampled (T=1) and greedy accuracy on the first ``n_problems`` of the eval split, and
     how many sampled failures have a detectable first wrong step (``task.first_wrong_step``).
     """
-    from .modeling import generate_texts
+    from creditbench.harness.models.modeling import generate_texts
 
     problems = list(task.problems("eval"))[:n_problems]
     prompts = [p.prompt for p in problems]

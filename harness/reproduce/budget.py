@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .reproduce_recipe import ReproduceError
+from creditbench.harness.reproduce.recipe import ReproduceError
 
 __all__ = ["BudgetPlan", "eval_flops_per_run", "flops_text", "plan_budget"]
 
@@ -117,10 +117,10 @@ def eval_flops_per_run(config) -> float:
     """Metered FLOPs of a run's evaluations: at every eval fraction, ``n_problems`` problems
     times ``k_samples`` samples (+1 greedy), each generating ``max_new_tokens`` tokens after its
     prompt (an upper bound: most responses stop earlier)."""
-    from .bootstrap import task_alphabet
-    from .budget import BudgetMeter
-    from .modeling import build_char_tokenizer, build_model, load_policy
-    from .tasks import get_task
+    from creditbench.harness.budget import BudgetMeter
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, load_policy
+    from creditbench.harness.tasks import get_task
 
     task = get_task(config.task, **config.task_options)
     if config.model.path is not None:

@@ -103,9 +103,8 @@ def map_options(
     ``base`` and the options mapped before it; a later value of a key replaces an earlier one.
     A rejected option carries the reason in its ``origin``.
     """
+    from creditbench.harness.config import ConfigError, build_method_config
     from creditbench.methods.registry import get_method
-
-    from .config import ConfigError, build_method_config
 
     method_cls = get_method(method)
     names = method_fields(method)

@@ -32,9 +32,8 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from creditbench.harness.bench import SuiteError, run_suite, suite_path
     from creditbench.leaderboard.validation import validation_markdown
-
-    from .bench import SuiteError, run_suite, suite_path
 
     results = Path(args.results or "runs/bench-validation")
     if args.report_only:

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,21 @@ from typing import Any
 import torch
 import yaml
 
-from .provenance import capture_environment, capture_rng_state, restore_rng_state
-from .typed import ConfigError
+from creditbench.harness.records.provenance import (
+    capture_environment,
+    capture_rng_state,
+    restore_rng_state,
+)
+from creditbench.harness.typed import ConfigError
+from creditbench.leaderboard.files import (
+    RunFormatError,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    fsync_dir,
+    read_metric_lines,
+    read_run_config,
+)
 
 __all__ = [
     "MetricsLogger",
@@ -52,48 +64,6 @@ __all__ = [
 
 class RunDirError(ConfigError):
     """A run directory cannot be used as asked (another config, a corrupt file)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Atomic files
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some platforms cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
 def _torch_save_synced(obj: Any, path: Path) -> None:
@@ -157,12 +127,9 @@ class RunDir:
 
     def config(self) -> dict[str, Any]:
         try:
-            data = yaml.safe_load(self.config_path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as err:
-            raise RunDirError(f"{self.config_path}: cannot read the run config ({err})") from None
-        if not isinstance(data, dict):
-            raise RunDirError(f"{self.config_path}: the run config is not a mapping")
-        return data
+            return read_run_config(self.config_path)
+        except RunFormatError as err:
+            raise RunDirError(str(err)) from None
 
     def environment(self) -> dict[str, Any]:
         return json.loads(self.environment_path.read_text(encoding="utf-8"))
@@ -220,19 +187,9 @@ class RunDir:
 
     def _metric_lines(self) -> list[tuple[str, dict[str, Any]]]:
         try:
-            text = self.metrics_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return []
-        complete = text.split("\n")[:-1]  # the part after the last newline is a torn line
-        out = []
-        for number, line in enumerate(complete, start=1):
-            if not line.strip():
-                continue
-            try:
-                out.append((line, json.loads(line)))
-            except ValueError:
-                raise RunDirError(f"{self.metrics_path}:{number}: not a JSON record") from None
-        return out
+            return read_metric_lines(self.metrics_path)
+        except RunFormatError as err:
+            raise RunDirError(str(err)) from None
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """Every complete record, in order (a torn last line is ignored)."""
@@ -307,7 +264,7 @@ class RunDir:
             if final.exists():
                 self._discard(final)
             os.replace(tmp, final)
-            _fsync_dir(self.checkpoints_path)
+            fsync_dir(self.checkpoints_path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
-from .modeling import replace_dir
+from creditbench.harness.models.modeling import replace_dir
 
 MANIFEST = "manifest.json"
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
-ASSETS_DIR = Path(__file__).parent / "assets"
+ASSETS_DIR = Path(__file__).parent.parent / "assets"
 
 
 def numerics_versions() -> dict[str, str]:

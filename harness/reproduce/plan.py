@@ -16,10 +16,13 @@ from typing import Any
 
 import yaml
 
-from creditbench.reference.cards import Card
-
-from .reproduce_budget import DEFAULT_MINUTES, BudgetPlan, eval_flops_per_run, plan_budget
-from .reproduce_recipe import (
+from creditbench.harness.reproduce.budget import (
+    DEFAULT_MINUTES,
+    BudgetPlan,
+    eval_flops_per_run,
+    plan_budget,
+)
+from creditbench.harness.reproduce.recipe import (
     RECIPE_SETTINGS,
     ReproduceError,
     Setting,
@@ -28,6 +31,7 @@ from .reproduce_recipe import (
     paper_recipe,
     split_methods,
 )
+from creditbench.reference.cards import Card
 
 __all__ = ["Plan", "cpu_plan", "describe", "finish_cpu_plan", "paper_plan"]
 
@@ -59,7 +63,7 @@ class Plan:
 
 
 def _suite_settings(name: str) -> dict[str, Any]:
-    from .bench import SuiteError, load_suite, suite_path
+    from creditbench.harness.bench import SuiteError, load_suite, suite_path
 
     try:
         suite = load_suite(suite_path(name))
@@ -113,7 +117,7 @@ def _shared(plan: Plan, settings: list[Setting], user: list[Setting], n_eval: in
 
 def _resolved(plan: Plan):
     """The run config of the plan's first method (for lengths and evaluation settings)."""
-    from .config import ConfigError, load_config
+    from creditbench.harness.config import ConfigError, load_config
 
     overrides = [f"method={plan.methods[0]}", f"task={plan.task}"]
     overrides += [f"{s.key}={json.dumps(s.value)}" for s in plan.settings]

@@ -8,7 +8,7 @@ a separate worker process: sympy can be driven into computations that no signal 
 ``timeout_s`` and a fresh one is started for the next answer. No model output can hang, crash or
 slow down the caller beyond its timeout.
 
-Run as ``python -m creditbench.harness.grading`` this module is that worker.
+Run as ``python -m creditbench.harness.tasks.grading`` this module is that worker.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 import threading
 from typing import Any
 
-from .tasks.base import Grade
+from creditbench.harness.tasks.base import Grade
 
 MAX_ANSWER_CHARS = 500
 _STARTUP_TIMEOUT_S = 120.0

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .config import RunConfig, load_config
+from creditbench.harness.config import RunConfig, load_config
 
 
 def matmul_peak(size: int = 1024, repeats: int = 5) -> float:
@@ -47,8 +47,8 @@ def side_by_side(trainer, repeats: int) -> dict[str, tuple[float, float]]:
     :func:`ppo_update` and a bare forward/backward/AdamW on the same batch. Both optimizers
     have lr 0, so the model does not move between repeats; the two alternate, in turn first.
     """
-    from .ppo import ppo_update
-    from .rollout import derive_seed, sample_responses
+    from creditbench.harness.sampling.rollout import derive_seed, sample_responses
+    from creditbench.harness.training.ppo import ppo_update
 
     cfg: RunConfig = trainer.config
     model, tokenizer = trainer.policy, trainer.tokenizer
@@ -130,9 +130,8 @@ def method_steps(trainer, methods: list[str] | None) -> list[dict[str, float | s
     """One full step (rollout, advantages, update) of every registered method on the same
     trainer: wall seconds, meter FLOPs, and the method's own advantage math in seconds (its
     extra scoring or generation passes excluded: they are counted in the step)."""
+    from creditbench.harness.config import build_method_config
     from creditbench.methods.registry import list_methods
-
-    from .config import build_method_config
 
     rows: list[dict[str, float | str]] = []
     services, meter, original = trainer.services, trainer.meter, trainer.method
@@ -172,7 +171,7 @@ def run_perf(
     repeats: int = 3,
     methods: list[str] | None = None,
 ) -> int:
-    from .trainer import Trainer
+    from creditbench.harness.training.trainer import Trainer
 
     config = load_config(config_path, [*overrides, "budget.unit=steps", "budget.amount=1000000"])
     trainer = Trainer(config)

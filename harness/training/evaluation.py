@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .rollout import derive_seed, sample_responses
+from creditbench.harness.sampling.rollout import derive_seed, sample_responses
 
 
 def evaluate(
@@ -26,6 +26,7 @@ def evaluate(
     max_new_tokens: int,
     seed: int,
     drift_threshold: float | None = None,
+    decoding_rule: Any = None,
 ) -> dict[str, Any]:
     """Accuracy of ``model`` on the first ``n_problems`` problems of the eval split.
 
@@ -37,17 +38,18 @@ def evaluate(
         responses per problem at ``temperature``, when ``k_samples > 0``), ``pass_at_k``,
         ``mean_length`` (tokens per sampled response) and ``n_problems``.
 
-    ``drift_threshold`` (None: off) decodes with SCAPO's drift filter at that masked-mass
-    threshold (:mod:`creditbench.harness.drift_decoding`) and adds its ``drift_*`` statistics.
+    ``decoding_rule`` (a method with ``decoding_variants``, e.g. SCAPO; None: plain decoding)
+    decodes with that method's drift filter at the masked-mass ``drift_threshold``
+    (:mod:`creditbench.harness.sampling.drift_decoding`) and adds its ``drift_*`` statistics.
     """
     problems = list(task.problems("eval"))[:n_problems]
     prompts = [p.prompt for p in problems]
     result: dict[str, Any] = {"n_problems": len(problems)}
     sample: Any = sample_responses
-    if drift_threshold is not None:
-        from .drift_decoding import DriftSampler
+    if decoding_rule is not None:
+        from creditbench.harness.sampling.drift_decoding import DriftSampler
 
-        sample = DriftSampler(task, problems, drift_threshold)
+        sample = DriftSampler(task, problems, decoding_rule, drift_threshold or 0.8)
     was_training = model.training
     model.eval()
     try:
@@ -86,6 +88,6 @@ def evaluate(
             result["mean_length"] = float(samples.response_mask.sum(-1).mean())
     finally:
         model.train(was_training)
-    if drift_threshold is not None:
+    if decoding_rule is not None:
         result.update(sample.summary())
     return result

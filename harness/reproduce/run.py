@@ -7,18 +7,18 @@ Two scales (the tutorial is ``docs/reproducing.md``):
   testbed. The base settings (model preset, lengths, evaluation) are those of the shipped suite
   the card's ``cpu_scale.budget`` names; every run gets the same FLOP budget, sized so that the
   whole reproduction takes about ``--minutes`` (30) on this machine
-  (:mod:`creditbench.harness.reproduce_budget`).
+  (:mod:`creditbench.harness.reproduce.budget`).
 - ``paper``: the card's recipe mapped onto run-config fields
-  (:func:`creditbench.harness.reproduce_recipe.paper_recipe`), on the paper's model from a local
+  (:func:`creditbench.harness.reproduce.recipe.paper_recipe`), on the paper's model from a local
   directory, with the vLLM rollout backend on a GPU. Without them it refuses, in one message
   naming each missing piece (model, hardware, package).
 
-The plan (:mod:`creditbench.harness.reproduce_plan`) says what runs and where each setting
+The plan (:mod:`creditbench.harness.reproduce.plan`) says what runs and where each setting
 came from. Runs go through the bench machinery (:mod:`creditbench.harness.bench`): a suite
 built from the plan expands into runs (each with its method's options), each run a
 ``creditbench train`` worker writing ``RESULTS/<run>/``. A rerun skips finished runs,
 resumes interrupted ones and keeps the budget they were started with. Then
-:mod:`creditbench.harness.reproduce_report` writes ``RESULTS/reproduce_<CARD>.md``: the
+:mod:`creditbench.harness.reproduce.report` writes ``RESULTS/reproduce_<CARD>.md``: the
 paper's numbers, ours, and whether the ordering of methods agrees.
 
 Every user error raises :class:`ReproduceError`; the command prints it and exits with 2.
@@ -33,9 +33,9 @@ from typing import Any
 
 import yaml
 
-from .reproduce_budget import DEFAULT_MINUTES, flops_text
-from .reproduce_plan import Plan, cpu_plan, describe, finish_cpu_plan, paper_plan
-from .reproduce_recipe import (
+from creditbench.harness.reproduce.budget import DEFAULT_MINUTES, flops_text
+from creditbench.harness.reproduce.plan import Plan, cpu_plan, describe, finish_cpu_plan, paper_plan
+from creditbench.harness.reproduce.recipe import (
     Environment,
     ReproduceError,
     load_card_by_id,
@@ -69,7 +69,7 @@ def suite_of(plan: Plan) -> dict[str, Any]:
 
 def runs_of(plan: Plan):
     """The bench runs of a plan, each with its method's options."""
-    from .bench import SuiteError, expand_suite
+    from creditbench.harness.bench import SuiteError, expand_suite
 
     try:
         runs = expand_suite(suite_of(plan), Path(f"{plan.card.id}.yaml"))
@@ -98,10 +98,10 @@ def execute(plan: Plan, results: Path) -> list[str]:
     """Run every unfinished run of ``plan`` into ``results``; the names of the failed ones."""
     from tqdm.auto import tqdm
 
-    from .bench import _prepare_base_policies, _run_workers, run_config
-    from .config import ConfigError
-    from .rundir import RunDir
-    from .trainer import Trainer
+    from creditbench.harness.bench import _prepare_base_policies, _run_workers, run_config
+    from creditbench.harness.config import ConfigError
+    from creditbench.harness.records.rundir import RunDir
+    from creditbench.harness.training.trainer import Trainer
 
     runs = runs_of(plan)
     trainers = {}
@@ -205,8 +205,8 @@ def reproduce(
         print("runs: " + ", ".join(run.name for run in runs))
         return 0
     failed = execute(plan, folder)
-    from .reproduce_report import render_report
-    from .rundir import atomic_write_text
+    from creditbench.harness.records.rundir import atomic_write_text
+    from creditbench.harness.reproduce.report import render_report
 
     names = {run.name: run.method for run in runs}
     report = render_report(plan, folder, names, reps=reps, plan_lines=lines)

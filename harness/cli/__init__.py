@@ -1,0 +1,1 @@
+"""The ``creditbench`` command line: one module per verb; ``main`` builds the parser."""

@@ -1,0 +1,1 @@
+"""Run directories (config, metrics, checkpoints, summary; every write atomic) and provenance."""

@@ -1,0 +1,2 @@
+"""``creditbench reproduce``: a paper card's recipe planned, run, and set beside the paper's
+numbers."""

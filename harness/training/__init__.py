@@ -1,0 +1,1 @@
+"""The training loop, the PPO-style update, evaluation, and the step profiler."""

@@ -1,0 +1,96 @@
+"""The files the leaderboard shares with the harness: reading a run directory, writing atomically.
+
+A run directory (written by the harness; layout in ``docs/harness.md``) holds ``config.yaml``,
+``metrics.jsonl`` (one JSON record per line) and, once the run has finished, ``summary.json``.
+The leaderboard reads runs through these functions only and never imports the harness; the
+harness's run directory reads and writes through the same functions, so the format is defined
+once, here.
+
+Writes are atomic: a reader sees the old file or the new one, never a part of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class RunFormatError(ValueError):
+    """A run-directory file that cannot be read as the format says; the message names it."""
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+def read_run_config(path: str | Path) -> dict[str, Any]:
+    """The mapping in a run's ``config.yaml`` at ``path``."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise RunFormatError(f"{path}: cannot read the run config ({err})") from None
+    if not isinstance(data, dict):
+        raise RunFormatError(f"{path}: the run config is not a mapping")
+    return data
+
+
+def read_metric_lines(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(line, record)`` of every complete line of a ``metrics.jsonl`` (none if it is absent).
+
+    The part after the last newline is a line torn by a crash mid-append and is ignored; a
+    complete line that is not JSON is an error naming the file and line.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    out = []
+    for number, line in enumerate(text.split("\n")[:-1], start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((line, json.loads(line)))
+        except ValueError:
+            raise RunFormatError(f"{path}:{number}: not a JSON record") from None
+    return out

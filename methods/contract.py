@@ -1,0 +1,255 @@
+"""The contract between a method and the harness: every service a method may call, and every
+key a batch's ``extras`` may carry.
+
+A method sees the harness only through :class:`Services`. Each service that runs a model is
+charged to the run's budget meter by the harness (the *Charged* line of each docstring), never
+by the method, so every method pays for what it asks. mypy checks each method file against
+this Protocol (``tox -e types``); the harness's implementation is
+``creditbench.harness.services.HarnessServices``, and ``tests/fakes.py`` has one without a model.
+
+``RolloutBatch.extras`` maps an :class:`ExtraKey` to a tensor whose first dimension is the
+batch. The harness owns the keys below (it fills them); a method declares its own with
+:func:`method_extra` next to the code that writes them, so every key in a batch is documented
+once and two methods cannot collide on a name.
+
+Imports torch only, like every file of ``methods/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from .core import RolloutBatch
+
+# --------------------------------------------------------------------------------------------
+# Extras keys
+# --------------------------------------------------------------------------------------------
+
+
+class ExtraKey(str):
+    """A documented key of ``RolloutBatch.extras``; it is the string itself, so a batch's
+    ``extras`` stays a plain ``dict[str, Tensor]`` that any trainer can read.
+
+    Attributes:
+        shape: the tensor's shape, e.g. ``[B, T]``.
+        doc: what the tensor holds.
+        owner: ``harness`` or the name of the method that writes it.
+    """
+
+    shape: str
+    doc: str
+    owner: str
+
+    def __new__(cls, name: str, shape: str, doc: str, owner: str = "harness") -> ExtraKey:
+        key = super().__new__(cls, name)
+        key.shape, key.doc, key.owner = shape, doc, owner
+        return key
+
+
+EXTRA_REGISTRY: dict[str, ExtraKey] = {}
+"""Every declared key by name: the harness's and those of the methods imported so far."""
+
+
+def _declare(key: ExtraKey) -> ExtraKey:
+    known = EXTRA_REGISTRY.get(str(key))
+    if known is not None and known.owner != key.owner:
+        raise ValueError(f"extras key {str(key)!r} is already declared by {known.owner}")
+    EXTRA_REGISTRY[str(key)] = key
+    return key
+
+
+def method_extra(owner: str, name: str, shape: str, doc: str) -> ExtraKey:
+    """Declare an extras key that method ``owner`` writes and reads (e.g. SDPO's teacher)."""
+    return _declare(ExtraKey(name, shape, doc, owner))
+
+
+PROBLEM_INDEX = _declare(
+    ExtraKey("problem_index", "[B] long", "the row's problem in the task's train split")
+)
+PREFIX_MASK = _declare(
+    ExtraKey(
+        "prefix_mask",
+        "[B, T]",
+        "1 on the tokens of a given prefix (Services.generate with prefixes): context the "
+        "row continued, not sampled by it",
+    )
+)
+FIRST_WRONG_MASK = _declare(
+    ExtraKey("first_wrong_mask", "[B, T]", "1 on the tokens of the first wrong step")
+)
+AFTER_WRONG_MASK = _declare(
+    ExtraKey("after_wrong_mask", "[B, T]", "1 on the tokens after the first wrong step")
+)
+WRONG_STEP_MASK = _declare(
+    ExtraKey(
+        "wrong_step_mask", "[B, T]", "1 on the tokens of every wrong step (also in correct answers)"
+    )
+)
+FILLER_MASK = _declare(ExtraKey("filler_mask", "[B, T]", "1 on reward-irrelevant filler tokens"))
+
+STEP_TRUTH_KEYS: tuple[ExtraKey, ...] = (
+    FIRST_WRONG_MASK,
+    AFTER_WRONG_MASK,
+    WRONG_STEP_MASK,
+    FILLER_MASK,
+)
+"""Step ground truth a step-checked task (the testbed) attaches to every graded batch; a method
+that reads one lists it in ``CreditMethod.requires_extras``."""
+
+
+# --------------------------------------------------------------------------------------------
+# The services
+# --------------------------------------------------------------------------------------------
+
+
+class Problem(Protocol):
+    """What a method may read of a task's problem."""
+
+    @property
+    def prompt(self) -> str: ...
+
+    @property
+    def answer(self) -> str: ...
+
+
+class Services(Protocol):
+    """Everything the harness offers a method during one training step.
+
+    Determinism: what a call draws depends only on the run seed, the step and the order of the
+    calls within the step, so a resumed run draws exactly what an uninterrupted one draws.
+    """
+
+    @property
+    def step(self) -> int:
+        """The 0-based training step being run."""
+        ...
+
+    # --- randomness -------------------------------------------------------------------------
+
+    def generator(self, stream: int) -> torch.Generator:
+        """A CPU generator seeded from the run seed, the step and ``stream`` (run seed ×
+        ``stream`` + step): a method's own draws (RRPO's reset step), reproducible on resume.
+        Distinct streams give distinct draws. Charged: nothing."""
+        ...
+
+    # --- rollouts ---------------------------------------------------------------------------
+
+    def sample_batch(self) -> RolloutBatch:
+        """The default rollout: the step's next ``prompts_per_step`` problems, ``group_size``
+        responses each, graded, with behaviour (and reference) log-probs and, on a step-checked
+        task, ``step_ids`` and :data:`STEP_TRUTH_KEYS`. A second call in the same step draws
+        other problems (DAPO's refill). Charged: generation, plus a scoring forward of the
+        policy (and of the reference model when the run has one)."""
+        ...
+
+    def step_prompts(self) -> tuple[list[str], Tensor]:
+        """The step's prompts and their train-split indices ``[P]``, drawn as
+        :meth:`sample_batch` draws them but not sampled, for a method that runs its own
+        rollout with :meth:`generate`. Charged: nothing."""
+        ...
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        n: int = 1,
+        prefixes: Sequence[str | Sequence[int] | Tensor] | None = None,
+        *,
+        problem_index: Sequence[int] | Tensor | None = None,
+        temperature: float | None = None,
+        max_new_tokens: int | None = None,
+    ) -> RolloutBatch:
+        """``n`` responses to each prompt (any text: a problem's prompt or a variant of it),
+        each optionally continuing a prefix (text or token ids) marked by
+        :data:`PREFIX_MASK`. Rows are graded against ``problem_index`` (train-split indices,
+        one per prompt); without it rewards are NaN (text only, e.g. a thinker's hint). Group
+        ids are the prompt's position. ``temperature`` 0 is greedy; None keeps the run's.
+        Charged: generation and a scoring forward, as :meth:`sample_batch`."""
+        ...
+
+    def batch_from_responses(
+        self,
+        problem_index: Sequence[int] | Tensor,
+        responses: Sequence[str | Sequence[int] | Tensor],
+    ) -> RolloutBatch:
+        """Given responses (text, or token ids) to train-split problems as a graded batch under
+        each problem's plain prompt, with the policy's teacher-forced log-probs as behaviour
+        log-probs; nothing is generated. Group ids are row positions (IBPO's repairs).
+        Charged: a scoring forward (and the reference model's, if any)."""
+        ...
+
+    # --- scoring ----------------------------------------------------------------------------
+
+    def score(
+        self, batch: RolloutBatch, prompts: Sequence[str] | None = None, model: str = "policy"
+    ) -> Tensor:
+        """Teacher-forced log-probs ``[B, T]`` of the batch's responses, without gradient,
+        under the batch's own prompts or one text per row (an oracle hint, a rewrite).
+        ``model``: ``policy``, ``reference`` (the frozen initial policy), ``teacher`` (a
+        stronger frozen checkpoint, testbed only) or ``ema`` (see :meth:`track_ema`). Zero
+        where ``response_mask`` is 0. Charged: a forward of that model."""
+        ...
+
+    def distribution(
+        self,
+        batch: RolloutBatch,
+        prompts: Sequence[str] | None = None,
+        model: str = "policy",
+        *,
+        top_k: int | None = None,
+        indices: Tensor | None = None,
+        grad: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """Next-token log-probs ``[B, T, K]`` at chosen vocabulary entries and those entries
+        ``[B, T, K]``: the model's own ``top_k`` (all entries when None) or the given
+        ``indices``. ``grad`` keeps the graph (policy only), for a loss that distils whole
+        distributions. Charged: a forward of that model (the trainer's training charge covers
+        the backward of a ``grad`` pass)."""
+        ...
+
+    def track_ema(self, rate: float) -> None:
+        """Keep an exponential moving average of the policy, updated after every optimizer
+        step with ``rate``, scored as ``model="ema"``. Charged: nothing (no model pass)."""
+        ...
+
+    # --- text and the task ------------------------------------------------------------------
+
+    def decode(self, batch: RolloutBatch) -> list[str]:
+        """The text of every response (a given prefix included, EOS excluded)."""
+        ...
+
+    def problems(self, batch: RolloutBatch) -> list[Problem]:
+        """The problem of every row (by :data:`PROBLEM_INDEX`)."""
+        ...
+
+    def variant(
+        self, batch: RolloutBatch, kind: str, hints: Sequence[str] | None = None
+    ) -> list[str]:
+        """The task's ``kind`` prompt variant for every row (``oracle_hint``, ``rewrite_*``,
+        ``localize``, ``repair``, ``thinker``, ``solver``, ``solution_hint``; see
+        ``harness/tasks/base.py``); ``localize`` and ``repair`` are built around the row's
+        response, ``solver`` and ``solution_hint`` need ``hints``, one per row. Raises
+        ValueError on a task without variants. Charged: nothing."""
+        ...
+
+    def task_repair(self, batch: RolloutBatch) -> list[str]:
+        """The task's scripted minimal repair of every row's response (on the testbed: the
+        first wrong step fixed, later values recomputed). Raises ValueError on a task without
+        one. Charged: nothing (no model runs)."""
+        ...
+
+    def delimited_step_ids(self, batch: RolloutBatch, delimiter: str) -> Tensor:
+        """``[B, T]`` step index of every response token, a step ending with each
+        ``delimiter``; -1 on EOS and padding: steps for a task without a step checker."""
+        ...
+
+    # --- statistics -------------------------------------------------------------------------
+
+    def report(self, stats: Mapping[str, float]) -> None:
+        """Statistics of this step for its metrics record (repair rates, reset positions):
+        the per-step channel, so a method keeps no state between its hooks. A later value of
+        a key replaces an earlier one within the step."""
+        ...

@@ -1,0 +1,142 @@
+"""The rooms and their import rule, read from the source (no import runs).
+
+    methods/      torch and the standard library only, and methods/ itself
+    reference/    nothing of ours
+    leaderboard/  reference/ and itself: it reads run directories, never the harness
+    harness/      methods/, reference/, leaderboard/ and itself; of methods/ only the shared
+                  modules, never a method file (the harness never learns method names)
+
+so the graph of rooms has no cycle. The test also checks the harness's folders form no cycle
+of their own at the level of folders it shows (cli -> training -> sampling, ...).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ROOMS = ("methods", "harness", "leaderboard", "reference")
+MAY_IMPORT = {
+    "methods": {"methods"},
+    "reference": {"reference"},
+    "leaderboard": {"leaderboard", "reference"},
+    "harness": {"harness", "methods", "reference", "leaderboard"},
+}
+SHARED_METHOD_MODULES = {"core", "base", "contract", "registry", "conformance"}
+THIRD_PARTY_FOR_METHODS = {"torch"}
+
+
+def source_files(room: str) -> list[Path]:
+    return sorted((ROOT / room).rglob("*.py"))
+
+
+def module_name(path: Path) -> list[str]:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def imports_of(path: Path) -> list[tuple[int, list[str]]]:
+    """``(line, dotted name split)`` of everything ``path`` imports, relative imports resolved
+    to ``<room>.<module>`` and ``creditbench.<room>`` stripped to ``<room>``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name.split(".") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = base + (node.module.split(".") if node.module else [])
+            else:
+                target = (node.module or "").split(".")
+            names = (
+                [target + [alias.name] for alias in node.names] if node.module is None else [target]
+            )
+        else:
+            continue
+        for name in names:
+            if name[0] == "creditbench":
+                name = name[1:]
+            out.append((node.lineno, name))
+    return out
+
+
+def violations() -> list[str]:
+    out = []
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for room in ROOMS:
+        for path in source_files(room):
+            rel = path.relative_to(ROOT).as_posix()
+            for line, name in imports_of(path):
+                top = name[0]
+                if top in ROOMS and top not in MAY_IMPORT[room]:
+                    out.append(f"{rel}:{line}: {room}/ may not import {'.'.join(name)}")
+                if room == "harness" and top == "methods" and len(name) > 1:
+                    if name[1] not in SHARED_METHOD_MODULES:
+                        out.append(f"{rel}:{line}: the harness imports a method file ({name[1]})")
+                if room == "methods" and top not in ROOMS:
+                    if top not in stdlib and top not in THIRD_PARTY_FOR_METHODS:
+                        out.append(f"{rel}:{line}: methods/ imports {top} (torch only)")
+    return out
+
+
+def test_rooms_follow_the_import_rule():
+    assert violations() == []
+
+
+def folder_graph() -> dict[str, set[str]]:
+    """Which parts of harness/ import which: a part is a folder, or a module at its top."""
+    graph: dict[str, set[str]] = {}
+    for path in source_files("harness"):
+        parts = module_name(path)
+        if len(parts) < 2:
+            continue
+        for _, name in imports_of(path):
+            if name[0] == "harness" and len(name) >= 2 and name[1] != parts[1]:
+                graph.setdefault(parts[1], set()).add(name[1])
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every elementary cycle's node list, found by depth-first search from each node."""
+    found = []
+    for start in sorted(graph):
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in sorted(graph.get(node, ())):
+                if nxt == start:
+                    found.append(path)
+                elif nxt not in path and nxt > start:
+                    stack.append((nxt, [*path, nxt]))
+    return found
+
+
+def test_cycle_finder_finds_a_cycle_and_only_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}}) == []
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_the_rule_would_catch_a_forbidden_import(room, tmp_path, monkeypatch):
+    """Plant a module that breaks the rule in a copy of the room's layout; it is reported."""
+    forbidden = {
+        "methods": "from creditbench.harness.config import RunConfig\n",
+        "reference": "from creditbench.methods import core\n",
+        "leaderboard": "from creditbench.harness.records.rundir import RunDir\n",
+        "harness": "from creditbench.methods.grpo import GRPO\n",
+    }[room]
+    (tmp_path / room).mkdir()
+    (tmp_path / room / "planted.py").write_text(forbidden)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert len(violations()) == 1
+
+
+def test_the_parts_of_the_harness_import_each_other_without_a_cycle():
+    assert cycles(folder_graph()) == []

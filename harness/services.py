@@ -92,10 +92,26 @@ class HarnessServices:
         self.train_problems = list(task.problems("train"))
         self.step_checked = hasattr(task, "first_wrong_step")
         self.step = 0
+        self.stats: dict[str, float] = {}  # what methods report this step (see report)
         self._calls_step = -1
         self._calls = 0
         self.seconds = {"generation": 0.0, "scoring": 0.0}
         self._order_cache: tuple[int, list[int]] = (-1, [])
+
+    # --- the step -----------------------------------------------------------------------------
+
+    def begin_step(self, step: int) -> None:
+        """Called by the trainer before a step's rollout: the step number, a fresh stats dict."""
+        self.step = step
+        self.stats = {}
+
+    def generator(self, stream: int) -> torch.Generator:
+        """A CPU generator seeded ``seed * stream + step`` (see ``Services.generator``)."""
+        return torch.Generator().manual_seed(self.seed * stream + self.step)
+
+    def report(self, stats) -> None:
+        """Statistics for this step's metrics record (see ``Services.report``)."""
+        self.stats.update({key: float(value) for key, value in stats.items()})
 
     # --- prompts ----------------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ def kl_penalty(
     cfg: LossConfig,
     logprobs: Tensor,
     batch: RolloutBatch,
-    normalizers: Normalizers,
+    normalizers: Normalizers | None = None,
 ) -> tuple[Tensor | None, dict[str, float]]:
     """The loss's KL-to-reference term ``kl_coef · agg(KL)``, or None when it is off (no weight
     or no reference log-probs), and its statistic ``kl_ref``."""

@@ -57,9 +57,11 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig
-from .core import RolloutBatch, broadcast_to_tokens, concat_batches, group_mean_std
+from .contract import PROBLEM_INDEX, Services, method_extra
+from .core import Normalizers, RolloutBatch, broadcast_to_tokens, concat_batches, group_mean_std
 from .core import group_normalized_scores as group_scores
 from .registry import register_method
+from .rollouts import adjacent_groups, pad_extras_like, turn_for_step
 
 CREDITS = ("event", "difference", "running")
 BASELINES = ("auto", "group_mean", "paired")
@@ -156,8 +158,7 @@ def ccpo_advantages(
 
 def role_for_step(step: int, period: int, start_with: str = "thinker") -> int:
     """The role trained at 0-based ``step``: turns of ``period`` steps, ``start_with`` first."""
-    first = THINKER if start_with == "thinker" else SOLVER
-    return first if (step // period) % 2 == 0 else 1 - first
+    return turn_for_step(step, period, THINKER if start_with == "thinker" else SOLVER)
 
 
 @dataclass
@@ -201,16 +202,10 @@ class CCPOConfig(LossConfig):
                 raise ValueError(f"{name}: {rule} (got {getattr(self, name)!r})")
 
 
-def _fill_extras(batch: RolloutBatch, like: RolloutBatch) -> None:
-    """Give ``batch`` zeros for the extras (and -1 step ids) ``like`` has and it lacks."""
-    extras = batch.extras if batch.extras is not None else {}
-    for key, value in (like.extras or {}).items():
-        if key not in extras:
-            shape = (batch.size, *batch.response_ids.shape[1:2], *value.shape[2:])
-            extras[key] = value.new_zeros(shape if value.dim() >= 2 else (batch.size,))
-    batch.extras = extras
-    if like.step_ids is not None and batch.step_ids is None:
-        batch.step_ids = torch.full_like(batch.response_ids, -1)
+ROLE = method_extra("ccpo", "ccpo_role", "[B] long", "the row's role: 0 thinker, 1 solver")
+ROLE_REWARD = method_extra("ccpo", "ccpo_reward", "[B]", "the reward the row's role is trained on")
+BONUS = method_extra("ccpo", "ccpo_bonus", "[B]", "the counterfactual bonus of the row's team")
+SOLO_REWARD = method_extra("ccpo", "ccpo_solo_reward", "[B]", "the paired solo solver's reward")
 
 
 @register_method("ccpo")
@@ -220,30 +215,24 @@ class CCPO(CreditMethod):
         "Counterfactual Credit Policy Optimization for Multi-Agent Collaboration (arXiv 2603.21563)"
     )
     Config = CCPOConfig
+    config: CCPOConfig
 
     def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)
         decay = self.config.ema_decay  # type: ignore[attr-defined]
         self.stats = {key: RunningStat(decay) for key in ("delta", "joint", "solo")}
 
-    def rollout(self, services: Any) -> RolloutBatch:
+    def rollout(self, services: Services) -> RolloutBatch:
         cfg: CCPOConfig = self.config  # type: ignore[assignment]
         solo = services.sample_batch()  # the counterfactual: the solver on the plain prompt
-        ids = solo.group_ids
-        starts = torch.ones_like(ids, dtype=torch.bool)
-        starts[1:] = ids[1:] != ids[:-1]
-        first = starts.nonzero().squeeze(-1)
-        size = solo.size // max(len(first), 1)
-        even = torch.equal(first, torch.arange(0, solo.size, max(size, 1)))
-        if size * len(first) != solo.size or not even:
-            raise ValueError("ccpo: the solo rollout must hold adjacent groups of equal size")
-        problems = solo.extras["problem_index"][first].repeat_interleave(size)
+        first, size = adjacent_groups(solo)
+        problems = solo.extra(PROBLEM_INDEX)[first].repeat_interleave(size)
         thinker = services.generate(
             services.variant(solo.select(first), "thinker"),
             n=size,
             max_new_tokens=cfg.thinker_max_new_tokens or None,
         )
-        thinker.extras = {**(thinker.extras or {}), "problem_index": problems}
+        thinker.extras = {**(thinker.extras or {}), PROBLEM_INDEX: problems}
         hints = services.decode(thinker)
         prompts = services.variant(thinker, "solver", hints=hints)
         joint = services.generate(prompts, n=1, problem_index=problems)
@@ -269,13 +258,13 @@ class CCPO(CreditMethod):
         for batch, role, reward in ((thinker, THINKER, r_think), (joint, SOLVER, r_solve)):
             batch.extras = {
                 **(batch.extras or {}),
-                "ccpo_role": torch.full((batch.size,), role, dtype=torch.long),
-                "ccpo_reward": reward.float(),
-                "ccpo_bonus": bonus.float(),
-                "ccpo_solo_reward": solo.rewards.clone(),
+                ROLE: torch.full((batch.size,), role, dtype=torch.long),
+                ROLE_REWARD: reward.float(),
+                BONUS: bonus.float(),
+                SOLO_REWARD: solo.rewards.clone(),
             }
-        _fill_extras(thinker, joint)
-        _fill_extras(joint, thinker)
+        pad_extras_like(thinker, joint)
+        pad_extras_like(joint, thinker)
         if cfg.train_roles == "both":
             return concat_batches([thinker, joint])
         if cfg.train_roles == "alternate":
@@ -284,19 +273,26 @@ class CCPO(CreditMethod):
             role = THINKER if cfg.train_roles == "thinker" else SOLVER
         return thinker if role == THINKER else joint
 
-    def advantages(self, batch: RolloutBatch, services: Any = None) -> Tensor:
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg: CCPOConfig = self.config  # type: ignore[assignment]
         extras = batch.extras or {}
         # A batch from elsewhere (no role rewards) is read as solver rows rewarded by outcome.
-        rewards = extras.get("ccpo_reward", batch.rewards)
+        rewards = extras.get(ROLE_REWARD, batch.rewards)
         return ccpo_advantages(
             rewards, batch.response_mask, batch.group_ids, scale_by_std=cfg.scale_by_std
         )
 
-    def loss(self, logprobs, batch, advantages, normalizers=None):
-        loss, stats = super().loss(logprobs, batch, advantages, normalizers)
+    def loss(
+        self,
+        logprobs: Tensor,
+        batch: RolloutBatch,
+        advantages: Tensor,
+        normalizers: Normalizers | None = None,
+        services: Services | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
+        loss, stats = super().loss(logprobs, batch, advantages, normalizers, services)
         extras = batch.extras or {}
-        for key, name in (("ccpo_bonus", "cf_bonus"), ("ccpo_solo_reward", "solo_reward")):
+        for key, name in ((BONUS, "cf_bonus"), (SOLO_REWARD, "solo_reward")):
             if key in extras and extras[key].numel():
                 stats[name] = float(extras[key].float().mean())
         return loss, stats

@@ -74,6 +74,12 @@ class RolloutBatch:
     def size(self) -> int:
         return int(self.response_ids.shape[0])
 
+    def extra(self, key: str) -> Tensor:
+        """The ``extras`` tensor ``key`` (see ``methods.contract``); KeyError if absent."""
+        if self.extras is None or key not in self.extras:
+            raise KeyError(f"the batch carries no extras[{key!r}]")
+        return self.extras[key]
+
     @property
     def response_lengths(self) -> Tensor:
         """``[B]`` number of loss-carrying tokens per response."""

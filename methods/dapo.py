@@ -166,7 +166,7 @@ class DAPO(CreditMethod):
         first = torch.unique(merged.group_ids)[:target]
         return self._filter_overlong(merged.select(torch.isin(merged.group_ids, first)))
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         lengths = batch.response_lengths
         longest = int(lengths.max()) if lengths.numel() else 1

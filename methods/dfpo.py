@@ -56,13 +56,14 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
+from .base import CreditMethod, LossConfig, kl_penalty
+from .contract import Services
 from .core import (
     Normalizers,
+    RolloutBatch,
     aggregate_loss,
     broadcast_to_tokens,
     group_normalized_scores,
-    kl_estimate,
     masked_mean,
     sequence_log_ratio,
 )
@@ -154,11 +155,11 @@ class DFPO(CreditMethod):
     Config = DFPOConfig
     config: DFPOConfig
 
-    def _transformed(self, logprobs: Tensor, batch, scores: Tensor) -> Tensor:
+    def _transformed(self, logprobs: Tensor, batch: RolloutBatch, scores: Tensor) -> Tensor:
         w = sequence_weights(logprobs, batch.old_logprobs, batch.response_mask)
         return dfpo_weights(w, scores, batch.group_ids, self.config.transform)
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         mask = batch.response_mask
         scores = group_normalized_scores(
@@ -170,7 +171,14 @@ class DFPO(CreditMethod):
             scores = scores * self._transformed(batch.old_logprobs, batch, scores)
         return broadcast_to_tokens(scores, mask)
 
-    def loss(self, logprobs, batch, advantages, normalizers=None):
+    def loss(
+        self,
+        logprobs: Tensor,
+        batch: RolloutBatch,
+        advantages: Tensor,
+        normalizers: Normalizers | None = None,
+        services: Services | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
         cfg = self.config
         mask = batch.response_mask
         if normalizers is None:
@@ -188,9 +196,7 @@ class DFPO(CreditMethod):
         loss = aggregate_loss(per_token, mask, cfg.aggregation, normalizers)
         stats["pg_loss"] = float(loss.detach())
         stats["approx_kl"] = float(masked_mean((batch.old_logprobs - logprobs).detach(), mask))
-        if cfg.kl_coef > 0 and batch.ref_logprobs is not None:
-            kl = kl_estimate(logprobs, batch.ref_logprobs, cfg.kl_kind)  # type: ignore[arg-type]
-            kl_loss = aggregate_loss(kl, mask, cfg.aggregation, normalizers)
-            loss = loss + cfg.kl_coef * kl_loss
-            stats["kl_ref"] = float(kl_loss.detach())
+        kl_term, kl_stats = kl_penalty(cfg, logprobs, batch, normalizers)
+        if kl_term is not None:
+            loss, stats = loss + kl_term, {**stats, **kl_stats}
         return loss, stats

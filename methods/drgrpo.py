@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig
-from .core import broadcast_to_tokens, group_normalized_scores
+from .contract import Services
+from .core import RolloutBatch, broadcast_to_tokens, group_normalized_scores
 from .registry import register_method
 
 
@@ -86,8 +87,9 @@ class DrGRPO(CreditMethod):
     summary = "GRPO without std scaling and without 1/|o| length normalisation"
     paper = "Understanding R1-Zero-Like Training: A Critical Perspective (arXiv 2503.20783)"
     Config = DrGRPOConfig
+    config: DrGRPOConfig
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         return drgrpo_advantages(
             batch.rewards, batch.response_mask, batch.group_ids, singleton=self.config.singleton
         )

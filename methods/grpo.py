@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
-from .core import broadcast_to_tokens, group_normalized_scores
+from .base import CreditMethod, LossConfig, check_fields
+from .contract import Services
+from .core import RolloutBatch, broadcast_to_tokens, group_normalized_scores
 from .registry import register_method
 
 
@@ -73,10 +74,29 @@ class GRPOConfig(LossConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.std_kind not in ("unbiased", "population"):
-            raise ValueError(f"std_kind: must be unbiased or population (got {self.std_kind!r})")
-        if self.singleton not in ("zero", "raw"):
-            raise ValueError(f"singleton: must be zero or raw (got {self.singleton!r})")
+        check_fields(
+            self,
+            [
+                (
+                    "std_kind",
+                    self.std_kind in ("unbiased", "population"),
+                    "must be unbiased or population",
+                ),
+                ("singleton", self.singleton in ("zero", "raw"), "must be zero or raw"),
+            ],
+        )
+
+
+def grpo_scores(rewards: Tensor, group_ids: Tensor, cfg: GRPOConfig) -> Tensor:
+    """``[B]`` GRPO's z-scored reward of every response, with ``cfg``'s std, eps and singleton
+    rule: the outcome score that methods built on GRPO start from."""
+    return group_normalized_scores(
+        rewards,
+        group_ids,
+        std_kind=cfg.std_kind,  # type: ignore[arg-type]
+        eps=cfg.std_eps,
+        singleton=cfg.singleton,  # type: ignore[arg-type]
+    )
 
 
 @register_method("grpo")
@@ -84,8 +104,9 @@ class GRPO(CreditMethod):
     summary = "one z-scored group advantage for every token of a response"
     paper = "DeepSeekMath: Pushing the Limits of Mathematical Reasoning (arXiv 2402.03300)"
     Config = GRPOConfig
+    config: GRPOConfig
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         return grpo_advantages(
             batch.rewards,

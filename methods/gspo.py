@@ -39,7 +39,8 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig
-from .core import broadcast_to_tokens, group_normalized_scores, sequence_log_ratio
+from .contract import Services
+from .core import RolloutBatch, broadcast_to_tokens, group_normalized_scores, sequence_log_ratio
 from .registry import register_method
 
 
@@ -73,6 +74,7 @@ class GSPO(CreditMethod):
     summary = "group advantage with a clipped, length-normalised sequence importance ratio"
     paper = "Group Sequence Policy Optimization (arXiv 2507.18071)"
     Config = GSPOConfig
+    config: GSPOConfig
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         return gspo_advantages(batch.rewards, batch.response_mask, batch.group_ids)

@@ -55,11 +55,17 @@ from torch import Tensor
 
 from .alignment import edit_distance, pair_edit_masks
 from .base import CreditMethod
-from .core import broadcast_to_tokens, concat_batches, group_normalized_scores
-from .grpo import GRPOConfig
+from .contract import PROBLEM_INDEX, Services, method_extra
+from .core import RolloutBatch, broadcast_to_tokens, concat_batches
+from .grpo import GRPOConfig, grpo_scores
 from .registry import register_method
+from .rollouts import response_tokens, verified_responses
 
 CORRECT = 0.5  # reward above which a response is correct (IOP's τ_r)
+RNG_STREAM = 100_003  # services.generator stream of the reference draws (ours)
+PAIR = method_extra("ibpo", "ibpo_pair", "[B] long", "pair id of a failure and its repair, else -1")
+IS_REPAIR = method_extra("ibpo", "ibpo_repair", "[B]", "1 on repair rows")
+EDITS = method_extra("ibpo", "ibpo_edit_mask", "[B, T]", "1 on the tokens a repair edited")
 CHOICES = {
     "operator": ("policy", "task"),
     "reference": ("random", "most_similar"),
@@ -143,22 +149,19 @@ class IBPOConfig(GRPOConfig):
             raise ValueError(f"max_edits: must be >= 0 (got {self.max_edits!r})")
 
 
-def _tokens(batch, row: int) -> list[int]:
-    return batch.response_ids[row][batch.response_mask[row] > 0].tolist()
-
-
-def _join(batch, fixed, rows: Tensor, max_edits: int):
+def _join(
+    batch: RolloutBatch, fixed: RolloutBatch | None, rows: Tensor, max_edits: int
+) -> tuple[RolloutBatch, Tensor]:
     """``batch`` and the repairs ``fixed`` of its ``rows`` in one batch, each repair in its failed
     row's group; ``extras`` gain the pairing and the edit masks. Returns it and ``is_repair``."""
     n = len(rows)
-    both = concat_batches([batch, fixed]) if n else batch
+    both = concat_batches([batch, fixed]) if fixed is not None and n else batch
     pair_ids = torch.full((batch.size,), -1, dtype=torch.long)
     pair_ids[rows] = torch.arange(n)
     pair_ids = torch.cat([pair_ids, torch.arange(n)])
     is_repair = torch.arange(both.size) >= batch.size
     edits = pair_edit_masks(both.response_ids, both.response_mask, pair_ids, is_repair, max_edits)
-    extras = dict(both.extras or {}, ibpo_pair=pair_ids, ibpo_repair=is_repair.float())
-    extras["ibpo_edit_mask"] = edits
+    extras = {**(both.extras or {}), PAIR: pair_ids, IS_REPAIR: is_repair.float(), EDITS: edits}
     group_ids = torch.cat([batch.group_ids, batch.group_ids[rows]])
     return replace(both, group_ids=group_ids, extras=extras), is_repair
 
@@ -172,13 +175,9 @@ class IBPO(CreditMethod):
     Config = IBPOConfig
     config: IBPOConfig
 
-    def __init__(self, config=None, **overrides) -> None:
-        super().__init__(config, **overrides)
-        self._stats: dict[str, float] = {}
-
-    def _plan(self, batch, services) -> list[tuple[int, int]]:
+    def _plan(self, batch: RolloutBatch, services: Services) -> list[tuple[int, int]]:
         """(failed row, reference row) for every failure that has a correct sibling."""
-        gen = torch.Generator().manual_seed(getattr(services, "seed", 0) * 100_003 + services.step)
+        gen = services.generator(RNG_STREAM)
         groups, rewards = batch.group_ids.tolist(), batch.rewards.tolist()
         plan = []
         for row, (group, reward) in enumerate(zip(groups, rewards, strict=True)):
@@ -186,14 +185,16 @@ class IBPO(CreditMethod):
             if reward > CORRECT or not refs:
                 continue
             if self.config.reference == "most_similar":
-                mine = _tokens(batch, row)
-                ref = min(refs, key=lambda r: edit_distance(mine, _tokens(batch, r)))
+                mine = response_tokens(batch, row)
+                ref = min(refs, key=lambda r: edit_distance(mine, response_tokens(batch, r)))
             else:
                 ref = refs[int(torch.randint(len(refs), (1,), generator=gen))]
             plan.append((row, ref))
         return plan
 
-    def _repairs(self, batch, plan, services) -> list[tuple[int, list[int] | str]]:
+    def _repairs(
+        self, batch: RolloutBatch, plan: list[tuple[int, int]], services: Services
+    ) -> list[tuple[int, list[int] | str]]:
         """(failed row, repair) for every failure the operator repaired."""
         failed = batch.select(torch.tensor([f for f, _ in plan]))
         if self.config.operator == "task":
@@ -202,14 +203,14 @@ class IBPO(CreditMethod):
             ]
         texts = services.decode(batch)
         prompts = services.variant(failed, "repair", hints=[texts[r] for _, r in plan])
-        index = failed.extras["problem_index"]
+        index = failed.extra(PROBLEM_INDEX)
         out = services.generate(prompts, self.config.repair_candidates, problem_index=index)
         picked: list[tuple[int, list[int] | str]] = []
         for k, (f, _) in enumerate(plan):
-            mine = _tokens(batch, f)
+            mine = response_tokens(batch, f)
             best = None
             for row in (out.group_ids == k).nonzero().flatten().tolist():
-                cand = _tokens(out, row)
+                cand = response_tokens(out, row)
                 cost = edit_distance(mine, cand) / max(len(mine), len(cand), 1)
                 if out.rewards[row] > CORRECT and cand != mine and (best is None or cost < best[0]):
                     best = (cost, cand)
@@ -217,47 +218,40 @@ class IBPO(CreditMethod):
                 picked.append((f, best[1]))
         return picked
 
-    def rollout(self, services):
+    def rollout(self, services: Services) -> RolloutBatch:
         cfg = self.config
         batch = services.sample_batch()
         plan = self._plan(batch, services) if cfg.beta < 1 else []
         repairs = self._repairs(batch, plan, services) if plan else []
-        self._stats = {"repair_attempts": float(len(plan)), "repair_rate": 0.0}
+        repair_rate = 0.0
         rows, fixed = torch.tensor([f for f, _ in repairs], dtype=torch.long), None
         if repairs:
-            index = batch.extras["problem_index"][rows]
-            fixed = services.batch_from_responses(index, [r for _, r in repairs])
-            ok = torch.tensor(
-                [
-                    bool(fixed.rewards[k] > CORRECT) and _tokens(fixed, k) != _tokens(batch, f)
-                    for k, (f, _) in enumerate(repairs)
-                ],
-                dtype=torch.bool,
+            index = batch.extra(PROBLEM_INDEX)[rows]
+            originals = [response_tokens(batch, f) for f, _ in repairs]
+            fixed, ok = verified_responses(
+                services, index, [r for _, r in repairs], originals, CORRECT
             )
-            self._stats["repair_rate"] = float(ok.sum()) / len(plan)
+            repair_rate = float(ok.sum()) / len(plan)
             rows, fixed = rows[ok], fixed.select(ok)
+        services.report({"repair_attempts": float(len(plan)), "repair_rate": repair_rate})
         both, is_repair = _join(batch, fixed, rows, cfg.max_edits)
         return both if cfg.train_repairs else both.select(~is_repair)
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         extras = batch.extras or {}
         mask = batch.response_mask
-        is_repair = extras.get("ibpo_repair", torch.zeros(batch.size)) > 0
-        pair_ids = extras.get("ibpo_pair", torch.full((batch.size,), -1, dtype=torch.long))
-        edit_mask = extras.get("ibpo_edit_mask", torch.zeros_like(mask))
+        is_repair = extras.get(IS_REPAIR, torch.zeros(batch.size)) > 0
+        pair_ids = extras.get(PAIR, torch.full((batch.size,), -1, dtype=torch.long))
+        edit_mask = extras.get(EDITS, torch.zeros_like(mask))
         scores = torch.zeros_like(batch.rewards)
         sampled = ~is_repair
         if sampled.any():
-            scores[sampled] = group_normalized_scores(
-                batch.rewards[sampled],
-                batch.group_ids[sampled],
-                std_kind=cfg.std_kind,  # type: ignore[arg-type]
-                eps=cfg.std_eps,
-                singleton=cfg.singleton,  # type: ignore[arg-type]
-            )
+            scores[sampled] = grpo_scores(batch.rewards[sampled], batch.group_ids[sampled], cfg)
         paired = (pair_ids >= 0).unsqueeze(-1) * mask
-        self._stats["edit_frac"] = float((edit_mask * paired).sum() / paired.sum().clamp(min=1))
+        if services is not None:
+            edit_frac = (edit_mask * paired).sum() / paired.sum().clamp(min=1)
+            services.report({"edit_frac": float(edit_frac)})
         return ibpo_advantages(
             scores,
             mask,
@@ -269,8 +263,3 @@ class IBPO(CreditMethod):
             correct_credit=cfg.correct_credit,
             unrepaired=cfg.unrepaired,
         )
-
-    def loss(self, logprobs, batch, advantages, normalizers=None):
-        loss, stats = super().loss(logprobs, batch, advantages, normalizers)
-        stats.update(self._stats)
-        return loss, stats

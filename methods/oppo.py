@@ -46,8 +46,14 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod
-from .core import broadcast_to_tokens, group_mean_std, group_normalized_scores, masked_whiten
-from .grpo import GRPOConfig
+from .contract import Services
+from .core import (
+    RolloutBatch,
+    broadcast_to_tokens,
+    group_mean_std,
+    masked_whiten,
+)
+from .grpo import GRPOConfig, grpo_scores
 from .registry import register_method
 
 ORACLES = ("self", "teacher")
@@ -179,8 +185,9 @@ class OPPO(CreditMethod):
     summary = "value recursion on oracle-hint evidence: A_t = V_t - V_{t-1}, anchored by the reward"
     paper = "OPPO: Oracle-Prompted Policy Optimization (arXiv 2605.21851)"
     Config = OPPOConfig
+    config: OPPOConfig
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         if services is None:
             raise ValueError("oppo needs services: it scores responses under the oracle prompt")
@@ -205,12 +212,6 @@ class OPPO(CreditMethod):
         if cfg.whiten:
             adv = masked_whiten(adv, mask)
         if cfg.grpo_mix > 0:
-            scores = group_normalized_scores(
-                batch.rewards,
-                batch.group_ids,
-                std_kind=cfg.std_kind,
-                eps=cfg.std_eps,
-                singleton=cfg.singleton,
-            )
+            scores = grpo_scores(batch.rewards, batch.group_ids, cfg)
             adv = cfg.grpo_mix * broadcast_to_tokens(scores, mask) + (1 - cfg.grpo_mix) * adv
         return adv

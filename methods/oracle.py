@@ -40,8 +40,9 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod
-from .core import group_normalized_scores
-from .grpo import GRPOConfig
+from .contract import AFTER_WRONG_MASK, FIRST_WRONG_MASK, WRONG_STEP_MASK, Services
+from .core import RolloutBatch
+from .grpo import GRPOConfig, grpo_scores
 from .registry import register_method
 
 MODES = ("first_wrong", "suffix")
@@ -113,10 +114,11 @@ class Oracle(CreditMethod):
         "none of its own: GRPO's advantage (DeepSeekMath, arXiv 2402.03300) placed by ground truth"
     )
     Config = OracleConfig
+    config: OracleConfig
     reference = True
-    requires_extras = ("first_wrong_mask", "after_wrong_mask", "wrong_step_mask")
+    requires_extras = (FIRST_WRONG_MASK, AFTER_WRONG_MASK, WRONG_STEP_MASK)
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         extras = batch.extras or {}
         missing = [key for key in self.requires_extras if key not in extras]
@@ -124,19 +126,13 @@ class Oracle(CreditMethod):
             raise ValueError(
                 f"oracle needs the step ground truth; the batch lacks {', '.join(missing)}"
             )
-        scores = group_normalized_scores(
-            batch.rewards,
-            batch.group_ids,
-            std_kind=cfg.std_kind,
-            eps=cfg.std_eps,
-            singleton=cfg.singleton,
-        )
+        scores = grpo_scores(batch.rewards, batch.group_ids, cfg)
         return oracle_advantages(
             scores,
             batch.response_mask,
-            extras["first_wrong_mask"],
-            extras["after_wrong_mask"],
-            extras["wrong_step_mask"],
+            batch.extra(FIRST_WRONG_MASK),
+            batch.extra(AFTER_WRONG_MASK),
+            batch.extra(WRONG_STEP_MASK),
             mode=cfg.mode,
             redistribute=cfg.redistribute,
             penalize_wrong_in_success=cfg.penalize_wrong_in_success,

@@ -49,7 +49,14 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig
-from .core import broadcast_to_tokens, group_normalized_scores, kl_estimate, masked_whiten
+from .contract import Services
+from .core import (
+    RolloutBatch,
+    broadcast_to_tokens,
+    group_normalized_scores,
+    kl_estimate,
+    masked_whiten,
+)
 from .registry import register_method
 
 
@@ -154,9 +161,10 @@ class ReinforcePP(CreditMethod):
     summary = "return-to-go with KL in the reward, whitened over the whole batch"
     paper = "REINFORCE++: Stabilizing Critic-Free Policy Optimization (arXiv 2501.03262)"
     Config = ReinforcePPConfig
+    config: ReinforcePPConfig
     group_local = False  # the batch-wide whitening couples every response
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         kl = None
         if batch.ref_logprobs is not None and cfg.kl_coef_reward > 0:
@@ -172,9 +180,10 @@ class ReinforcePPBaseline(CreditMethod):
     summary = "group-mean baseline, whitened over the whole batch, KL in the loss"
     paper = "REINFORCE++: Stabilizing Critic-Free Policy Optimization (arXiv 2501.03262)"
     Config = ReinforcePPBaselineConfig
+    config: ReinforcePPBaselineConfig
     group_local = False  # the batch-wide whitening couples every response
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         return reinforce_pp_baseline_advantages(
             batch.rewards, batch.response_mask, batch.group_ids, singleton=self.config.singleton
         )

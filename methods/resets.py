@@ -39,10 +39,7 @@ Deviations:
       response with no step cannot be a parent; it stays in G1 with its own reward.
     - Continuations may generate the run's full ``max_new_tokens`` after the prefix (the
       paper's response cap counts the prefix).
-    - Localisation uses the task's ``localize`` prompt (the testbed answers ``Step: N``), or the
-      paper's L2 prompt, paraphrased, when the task has none; no chat template. Its length
-      defaults to the rollout's (``localize_max_new_tokens``; the paper's 4096). The parser
-      reads the paper's formats and ``Step: N``; anything else gives k = 1, as the paper's code.
+    - SRPO's localisation call and its parsing: see ``methods/srpo.py``.
     - RRPO's k is drawn from a generator seeded by (run seed, step), for reproducible runs.
     - The harness scores every generated row (behaviour log-probs), the parent, surplus
       attempts and the localisation included; the paper's vLLM rollout does not. All charged.
@@ -50,14 +47,13 @@ Deviations:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig
+from .contract import Services
 from .core import (
     Normalizers,
     RolloutBatch,
@@ -68,17 +64,14 @@ from .core import (
     masked_mean,
 )
 from .registry import register_method
-
-DELIMITERS = {"blank_line": "\n\n", "thought": "</thought>", "line": "\n"}
-STEP_MODES = ("auto", "task", *DELIMITERS)
-LOCALIZE_L2 = (
-    "Find the first erroneous step in your previous solution to this problem.\n\n"
-    "Problem: {question}\n\nYour incorrect reasoning chain:{steps}\n\n"
-    "The final answer of this chain is incorrect, so at least one step is wrong. Find the step "
-    "where the reasoning first went wrong, its origin rather than where the failure shows. Do "
-    "not re-solve the problem. End your response with \\boxed{{N}}, N (1 to {n}) the number of "
-    "the first erroneous step."
+from .rollouts import (
+    STEP_MODES,
+    continue_prefixes,
+    own_tokens_only,
+    with_step_ids,
 )
+
+RNG_STREAM = 1_000_003  # services.generator stream of RRPO's reset steps (ours)
 
 
 def reset_advantages(
@@ -125,31 +118,6 @@ def attempt_role(correct: bool, has_steps: bool, have_parent: bool, base_full: b
     return "discard" if base_full else "base"
 
 
-def _last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 1, start + len("\\boxed{")
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j]
-    return None
-
-
-def parse_reset_step(text: str, n: int) -> int | None:
-    """The step a localisation names, in 1..n, or None (the caller then resets at step 1).
-
-    The paper's order: the last ``\\boxed{N}`` (0 reads as 1, out of range falls through),
-    then the last ``Step N`` / ``Step: N`` in range.
-    """
-    boxed = (_last_boxed(text) or "").strip()
-    if re.fullmatch(r"[0-9]{1,6}", boxed) and int(boxed) <= n:
-        return max(int(boxed), 1)
-    found = re.findall(r"[Ss]tep:?\s*([0-9]{1,6})", text)
-    return int(found[-1]) if found and 1 <= int(found[-1]) <= n else None
-
-
 @dataclass
 class ResetConfig(LossConfig):
     """RRPO/SRPO settings (loss fields from :class:`LossConfig`); see the module docstring."""
@@ -189,27 +157,26 @@ class ResetMethod(CreditMethod):
     Config = ResetConfig
     config: ResetConfig
 
-    def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
-        super().__init__(config, **overrides)
-        self.rollout_stats: dict[str, float] = {}
-
-    def reset_steps(self, parent: RolloutBatch, n: Tensor, services, stats: dict) -> Tensor:
+    def reset_steps(
+        self, parent: RolloutBatch, n: Tensor, services: Services, stats: dict[str, float]
+    ) -> Tensor:
         """``[P]`` the reset step k (1-based) of each parent."""
         raise NotImplementedError
 
-    def rollout(self, services) -> RolloutBatch:
+    def rollout(self, services: Services) -> RolloutBatch:
         cfg = self.config
         prompts, index = services.step_prompts()
         everyone = range(len(prompts))
-        first = services.generate(prompts, cfg.base_size + 1, problem_index=index)
-        first = self._steps(first, services)
+        first = with_step_ids(
+            services.generate(prompts, cfg.base_size + 1, problem_index=index), services, cfg.steps
+        )
         base: list[list[int]] = [[] for _ in prompts]
         parents: list[RolloutBatch | None] = [None] * len(prompts)
         tries = [cfg.base_size + 1] * len(prompts)
         self._place(first, first.group_ids.tolist(), base, parents)
         while pending := [p for p in everyone if parents[p] is None and tries[p] < cfg.max_fresh]:
             more = services.generate([prompts[p] for p in pending], 1, problem_index=index[pending])
-            self._place(self._steps(more, services), pending, base, parents)
+            self._place(with_step_ids(more, services, cfg.steps), pending, base, parents)
             for p in pending:
                 tries[p] += 1
         rows = torch.tensor([r for kept in base for r in kept], dtype=torch.long)
@@ -221,11 +188,12 @@ class ResetMethod(CreditMethod):
             "fresh_per_prompt": (sum(tries) + cfg.reset_size * len(fallback)) / len(prompts),
         }
         if fallback:  # no failure: top G1 up to N1 + N2 fresh responses, one group (GRPO)
-            more = self._steps(
+            more = with_step_ids(
                 services.generate(
                     [prompts[p] for p in fallback], cfg.reset_size, problem_index=index[fallback]
                 ),
                 services,
+                cfg.steps,
             )
             parts.append(more)
             groups.append(2 * torch.tensor(fallback)[more.group_ids])
@@ -235,26 +203,24 @@ class ResetMethod(CreditMethod):
             n = num_steps(step_ids)
             k = self.reset_steps(parent, n, services, stats)
             cut = prefix_lengths(step_ids, k).tolist()
-            prefixes = [parent.response_ids[i, : cut[i]].tolist() for i in range(len(resets))]
-            more = services.generate(
-                [prompts[p] for p in resets], cfg.reset_size, prefixes, problem_index=index[resets]
+            more = continue_prefixes(
+                services, [prompts[p] for p in resets], index[resets], parent, cut, cfg.reset_size
             )
-            parts.append(self._steps(more, services))
+            parts.append(with_step_ids(more, services, cfg.steps))
             groups.append(2 * torch.tensor(resets)[more.group_ids] + 1)
             stats.update(reset_diagnostics(parent, k, n))
-        self.rollout_stats = stats
-        for part in parts:  # the prefix stays in the context but carries no loss
-            extras = part.extras = part.extras or {}
-            keep = 1.0 - extras.setdefault("prefix_mask", torch.zeros_like(part.response_mask))
-            part.response_mask = part.response_mask * keep
-            part.old_logprobs = part.old_logprobs * keep
-            if part.ref_logprobs is not None:
-                part.ref_logprobs = part.ref_logprobs * keep
-        batch = concat_batches(parts)
+        services.report(stats)
+        batch = concat_batches([own_tokens_only(part) for part in parts])
         batch.group_ids = torch.cat(groups)
         return batch
 
-    def _place(self, batch: RolloutBatch, prompt_of_row: list[int], base, parents) -> None:
+    def _place(
+        self,
+        batch: RolloutBatch,
+        prompt_of_row: list[int],
+        base: list[list[int]],
+        parents: list[RolloutBatch | None],
+    ) -> None:
         """Give each attempt its role, in the order drawn (rows of a prompt are in order)."""
         steps = num_steps(_step_ids(batch)).tolist()
         for row, p in enumerate(prompt_of_row):
@@ -269,27 +235,22 @@ class ResetMethod(CreditMethod):
             elif role == "base":
                 base[p].append(row)
 
-    def _steps(self, batch: RolloutBatch, services) -> RolloutBatch:
-        """The batch with ``step_ids`` per the ``steps`` option."""
-        mode = self.config.steps
-        if mode in ("auto", "task") and batch.step_ids is not None:
-            return batch
-        if mode == "task":
-            raise ValueError("steps: the task has no step spans; use blank_line, thought or line")
-        batch.step_ids = services.delimited_step_ids(
-            batch, DELIMITERS.get(mode, DELIMITERS["blank_line"])
-        )
-        return batch
-
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         return reset_advantages(
             batch.rewards, batch.group_ids, batch.response_mask, self.config.std_floor
         )
 
-    def loss(self, logprobs, batch, advantages, normalizers=None):
+    def loss(
+        self,
+        logprobs: Tensor,
+        batch: RolloutBatch,
+        advantages: Tensor,
+        normalizers: Normalizers | None = None,
+        services: Services | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
         cfg = self.config
         if cfg.loss_mode == "clip":
-            loss, stats = super().loss(logprobs, batch, advantages, normalizers)
+            loss, stats = super().loss(logprobs, batch, advantages, normalizers, services)
         else:
             mask = batch.response_mask
             if normalizers is None:
@@ -300,7 +261,7 @@ class ResetMethod(CreditMethod):
                 "pg_loss": float(loss.detach()),
                 "approx_kl": float(masked_mean((batch.old_logprobs - logprobs).detach(), mask)),
             }
-        return loss, {**stats, **self.rollout_stats}
+        return loss, stats
 
 
 def _step_ids(batch: RolloutBatch) -> Tensor:
@@ -329,44 +290,7 @@ class RRPO(ResetMethod):
     summary = "GRPO group + continuations from a uniformly random step of a failed response"
     paper = "Credit Assignment with Resets in Language Model Reasoning (arXiv 2605.25507)"
 
-    def reset_steps(self, parent, n, services, stats):
-        seed = getattr(services, "seed", 0) * 1_000_003 + services.step
-        return uniform_reset_steps(n, torch.Generator().manual_seed(seed))
-
-
-@register_method("srpo")
-class SRPO(ResetMethod):
-    summary = "GRPO group + continuations from the first wrong step the policy itself names"
-    paper = "Credit Assignment with Resets in Language Model Reasoning (arXiv 2605.25507)"
-
-    def reset_steps(self, parent, n, services, stats):
-        cfg = self.config
-        try:
-            prompts = services.variant(parent, "localize")
-        except ValueError:  # a task without the variant: the paper's own prompt
-            prompts = self._l2_prompts(parent, services)
-        answers = services.generate(
-            prompts,
-            1,
-            temperature=cfg.localize_temperature,
-            max_new_tokens=cfg.localize_max_new_tokens or None,
-        )
-        named = [
-            parse_reset_step(text, int(m))
-            for text, m in zip(services.decode(answers), n.tolist(), strict=True)
-        ]
-        stats["localize_parsed_frac"] = sum(k is not None for k in named) / len(named)
-        return torch.tensor([k or 1 for k in named], dtype=torch.long)
-
-    def _l2_prompts(self, parent: RolloutBatch, services) -> list[str]:
-        delimiter = DELIMITERS.get(self.config.steps, DELIMITERS["blank_line"])
-        out = []
-        for problem, text in zip(services.problems(parent), services.decode(parent), strict=True):
-            pieces = text.split(delimiter)
-            if len(pieces) > 1 and not pieces[-1]:
-                pieces.pop()
-            steps = "".join(f"\nStep {i}: {s.strip()}" for i, s in enumerate(pieces, 1))
-            out.append(
-                LOCALIZE_L2.format(question=problem.prompt.strip(), steps=steps, n=len(pieces))
-            )
-        return out
+    def reset_steps(
+        self, parent: RolloutBatch, n: Tensor, services: Services, stats: dict[str, float]
+    ) -> Tensor:
+        return uniform_reset_steps(n, services.generator(RNG_STREAM))

@@ -40,7 +40,8 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig
-from .core import broadcast_to_tokens, group_mean_std
+from .contract import Services
+from .core import RolloutBatch, broadcast_to_tokens, group_mean_std
 from .registry import register_method
 
 
@@ -84,8 +85,9 @@ class RLOO(CreditMethod):
     summary = "REINFORCE with the mean reward of the other responses as baseline"
     paper = "Back to Basics: Revisiting REINFORCE Style Optimization for RLHF (arXiv 2402.14740)"
     Config = RLOOConfig
+    config: RLOOConfig
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         return rloo_advantages(
             batch.rewards, batch.response_mask, batch.group_ids, singleton=self.config.singleton
         )

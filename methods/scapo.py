@@ -50,8 +50,8 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, Services
-from .core import broadcast_to_tokens, group_mean_std, group_normalized_scores
-from .grpo import GRPOConfig
+from .core import RolloutBatch, broadcast_to_tokens, group_mean_std
+from .grpo import GRPOConfig, grpo_scores
 from .registry import register_method
 
 REWRITES = ("rewrite_template", "rewrite_typo", "rewrite_framing", "rewrite_suffix")
@@ -203,16 +203,10 @@ class SCAPO(CreditMethod):
     def decoding_mask(self, logp0: Tensor, logpk: Tensor, eos_id: int, threshold: float) -> Tensor:
         return drift_mask(logp0, logpk, eos_id, threshold)
 
-    def advantages(self, batch, services: Services | None = None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         mask = batch.response_mask
-        scores = group_normalized_scores(
-            batch.rewards,
-            batch.group_ids,
-            std_kind=cfg.std_kind,  # type: ignore[arg-type]
-            eps=cfg.std_eps,
-            singleton=cfg.singleton,  # type: ignore[arg-type]
-        )
+        scores = grpo_scores(batch.rewards, batch.group_ids, cfg)
         base = broadcast_to_tokens(scores, mask)
         if services is None:
             raise ValueError("scapo: needs the harness services (scoring under the rewrites)")

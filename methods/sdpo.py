@@ -47,12 +47,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
+from .base import CreditMethod, LossConfig, kl_penalty
+from .contract import Services, method_extra
 from .core import (
+    Normalizers,
+    RolloutBatch,
     aggregate_loss,
     broadcast_to_tokens,
     group_normalized_scores,
-    kl_estimate,
     masked_mean,
 )
 from .registry import register_method
@@ -147,6 +149,14 @@ class SDPOConfig(LossConfig):
                 raise ValueError(f"{field_name}: {rule} (got {getattr(self, field_name)!r})")
 
 
+# The top-K distillation's teacher, stored by advantages() for the loss's own forward pass.
+TOPK_INDEX = method_extra("sdpo", "sdpo_topk_index", "[B, T, K] long", "the student's top-K ids")
+TEACHER_TOPK = method_extra(
+    "sdpo", "sdpo_teacher_topk", "[B, T, K]", "the teacher's log-probs at those ids"
+)
+DISTILLED = method_extra("sdpo", "sdpo_mask", "[B]", "1 on rows that have a teacher")
+
+
 @register_method("sdpo")
 class SDPO(CreditMethod):
     summary = "self-distillation: the policy shown a successful sibling is the token teacher"
@@ -154,11 +164,10 @@ class SDPO(CreditMethod):
     Config = SDPOConfig
     config: SDPOConfig
 
-    def advantages(self, batch, services=None):
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         if services is None:
             raise ValueError("sdpo: needs the harness services to score the self-teacher")
-        self._services = services  # the top-K loss runs its own forward with gradient
         sibling = sibling_index(
             batch.rewards, batch.group_ids, cfg.success_threshold, cfg.reprompt_on_self
         )
@@ -188,45 +197,56 @@ class SDPO(CreditMethod):
             adv = cfg.grpo_weight * mixed + (1 - cfg.grpo_weight) * adv
         return adv
 
-    def _store_topk(self, batch, sub, rows, prompts, model, services) -> Tensor:
+    def _store_topk(
+        self,
+        batch: RolloutBatch,
+        sub: RolloutBatch,
+        rows: Tensor,
+        prompts: list[str],
+        model: str,
+        services: Services,
+    ) -> Tensor:
         """Teacher log-probs at the student's top-K tokens (and the sampled one) into extras."""
         _, index = services.distribution(sub, top_k=self.config.top_k)
         both = torch.cat([index, sub.response_ids.unsqueeze(-1)], dim=-1)
         teacher, _ = services.distribution(sub, prompts, model=model, indices=both)
         shape = (*batch.response_mask.shape, index.shape[-1])
         extras = batch.extras if batch.extras is not None else {}
-        extras["sdpo_topk_index"] = torch.zeros(shape, dtype=torch.long)
-        extras["sdpo_teacher_topk"] = torch.zeros(shape)
-        extras["sdpo_mask"] = torch.zeros(batch.size)
-        extras["sdpo_topk_index"][rows] = index
-        extras["sdpo_teacher_topk"][rows] = teacher[..., :-1]
-        extras["sdpo_mask"][rows] = 1.0
+        extras[TOPK_INDEX] = torch.zeros(shape, dtype=torch.long)
+        extras[TEACHER_TOPK] = torch.zeros(shape)
+        extras[DISTILLED] = torch.zeros(batch.size)
+        extras[TOPK_INDEX][rows] = index
+        extras[TEACHER_TOPK][rows] = teacher[..., :-1]
+        extras[DISTILLED][rows] = 1.0
         batch.extras = extras
         return teacher[..., -1]
 
-    def loss(self, logprobs, batch, advantages, normalizers=None):
+    def loss(
+        self,
+        logprobs: Tensor,
+        batch: RolloutBatch,
+        advantages: Tensor,
+        normalizers: Normalizers | None = None,
+        services: Services | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
         cfg, mask = self.config, batch.response_mask
         weight = capped_weight(logprobs, batch.old_logprobs, cfg.is_clip)
         if cfg.distill == "token":
             per_token = -advantages * weight * logprobs
         else:
-            services = getattr(self, "_services", None)
-            if services is None or "sdpo_topk_index" not in (batch.extras or {}):
-                raise ValueError("distill: topk needs advantages() with the harness services first")
-            index = batch.extras["sdpo_topk_index"]
-            student, _ = services.distribution(batch, indices=index, grad=True)
-            teacher = batch.extras["sdpo_teacher_topk"]
+            if services is None or TOPK_INDEX not in (batch.extras or {}):
+                raise ValueError("distill: topk needs advantages() and the loss the services")
+            student, _ = services.distribution(batch, indices=batch.extra(TOPK_INDEX), grad=True)
+            teacher = batch.extra(TEACHER_TOPK)
             div = divergence(with_tail(student, cfg.tail), with_tail(teacher, cfg.tail), cfg.alpha)
-            per_token = div * weight * batch.extras["sdpo_mask"].unsqueeze(-1)
+            per_token = div * weight * batch.extra(DISTILLED).unsqueeze(-1)
         loss = aggregate_loss(per_token, mask, cfg.aggregation, normalizers)
         stats = {
             "pg_loss": float(loss.detach()),
             "is_capped_frac": float(masked_mean((weight >= cfg.is_clip).float(), mask)),
             "approx_kl": float(masked_mean((batch.old_logprobs - logprobs).detach(), mask)),
         }
-        if cfg.kl_coef > 0 and batch.ref_logprobs is not None:
-            kl = kl_estimate(logprobs, batch.ref_logprobs, cfg.kl_kind)  # type: ignore[arg-type]
-            kl_loss = aggregate_loss(kl, mask, cfg.aggregation, normalizers)
-            loss = loss + cfg.kl_coef * kl_loss
-            stats["kl_ref"] = float(kl_loss.detach())
+        kl_term, kl_stats = kl_penalty(cfg, logprobs, batch, normalizers)
+        if kl_term is not None:
+            loss, stats = loss + kl_term, {**stats, **kl_stats}
         return loss, stats

@@ -19,8 +19,26 @@ from creditbench.methods.core import RolloutBatch
 from strategies import build_batch
 
 
+class StepServices:
+    """The per-step services every fake shares: the seeded generator and the stats channel,
+    as the harness implements them. A subclass (a dataclass) defines ``step`` and ``seed``."""
+
+    step: int
+    seed: int
+
+    def generator(self, stream: int) -> torch.Generator:
+        """Seeded as the harness seeds it: ``seed * stream + step``."""
+        return torch.Generator().manual_seed(self.seed * stream + self.step)
+
+    def report(self, stats: Any) -> None:
+        """Keeps what a method reports, as the harness does for the step's record."""
+        if not hasattr(self, "stats"):
+            self.stats: dict[str, float] = {}
+        self.stats.update({key: float(value) for key, value in stats.items()})
+
+
 @dataclass
-class FakeServices:
+class FakeServices(StepServices):
     """Deterministic services. ``calls`` records what was asked, in order."""
 
     step: int = 0

@@ -24,6 +24,7 @@ from creditbench.methods.core import RolloutBatch
 from creditbench.methods.grpo import grpo_advantages
 from creditbench.methods.ibpo import IBPO, IBPOConfig, _join, ibpo_advantages
 
+from fakes import StepServices
 from strategies import VOCAB, build_batch, rollout_batches
 
 tokens = st.lists(st.integers(0, 3), max_size=8)
@@ -375,7 +376,7 @@ def toy_batch(rows: list[list[int]], problems: list[int], groups: list[int]) -> 
 
 
 @dataclass
-class ToyServices:
+class ToyServices(StepServices):
     """Scripted services: ``candidates[k]`` are the repairs generated for the k-th repair prompt."""
 
     sampled: RolloutBatch
@@ -454,8 +455,7 @@ def test_policy_operator_keeps_the_smallest_verified_repair():
     assert adv[0].tolist() == pytest.approx([0, 0, float(grpo[0, 0]), 0])
     assert adv[5].tolist() == pytest.approx([0, 0, -float(grpo[0, 0]), 0])
     torch.testing.assert_close(adv[1:5], grpo[1:5])
-    _, stats = method.loss(batch.old_logprobs, batch, adv)
-    assert stats["repair_attempts"] == 2 and stats["repair_rate"] == 0.5
+    assert services.stats["repair_attempts"] == 2 and services.stats["repair_rate"] == 0.5
 
 
 def test_task_operator_and_options_that_skip_or_drop_repairs():

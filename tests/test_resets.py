@@ -1,5 +1,6 @@
-"""RRPO and SRPO (methods/resets.py): the 1x4 rollout, masking, separate normalisation, the
-GRPO fallback, the uniform reset, the localisation parser, the diagnostics, and the budget.
+"""RRPO and SRPO (methods/resets.py, methods/srpo.py): the 1x4 rollout, masking, separate
+normalisation, the GRPO fallback, the uniform reset, the localisation parser, the diagnostics,
+and the budget.
 
 Most tests drive the methods with :class:`ResetFakeServices`, which generates from prefixes
 and records every row it generates; the budget test uses the real harness services with a
@@ -22,16 +23,17 @@ from creditbench.methods.grpo import GRPO
 from creditbench.methods.registry import get_method
 from creditbench.methods.resets import (
     RRPO,
-    SRPO,
     ResetConfig,
     attempt_role,
     num_steps,
-    parse_reset_step,
     prefix_lengths,
     reset_advantages,
     true_first_wrong,
     uniform_reset_steps,
 )
+from creditbench.methods.srpo import SRPO, parse_reset_step
+
+from fakes import StepServices
 
 # --------------------------------------------------------------------------------------------
 # A fake harness that generates from prefixes
@@ -48,7 +50,7 @@ def wrong_step_of(prompt: int) -> int:
 
 
 @dataclass
-class ResetFakeServices:
+class ResetFakeServices(StepServices):
     """Responses of ``steps_of(p)`` steps, 1-3 tokens each; token ``10 * (s + 1) + j`` is the
     j-th token of step s, so a prefix tells its steps. ``reward(p, attempt)`` sets each graded
     response's reward (``attempt`` counts the rows generated for problem p so far).
@@ -294,9 +296,9 @@ def test_fallback_equals_grpo_exactly():
     assert torch.equal(adv, grpo.advantages(batch))
     logprobs = batch.old_logprobs + 0.05
     assert torch.equal(method.loss(logprobs, batch, adv)[0], grpo.loss(logprobs, batch, adv)[0])
-    assert method.rollout_stats["reset_fallback_frac"] == 1.0
+    assert fake.stats["reset_fallback_frac"] == 1.0
     # 5 in the first round, 7 more one at a time, 4 to top up
-    assert method.rollout_stats["fresh_per_prompt"] == 16
+    assert fake.stats["fresh_per_prompt"] == 16
 
 
 def test_reinforce_loss_is_the_papers_seq_mean_token_mean():
@@ -310,7 +312,7 @@ def test_reinforce_loss_is_the_papers_seq_mean_token_mean():
     per_seq = (logprobs * m).sum(-1) / m.sum(-1)
     a = (adv * m).sum(-1) / m.sum(-1)
     torch.testing.assert_close(loss, -(a * per_seq).mean())
-    assert stats["reset_fallback_frac"] == method.rollout_stats["reset_fallback_frac"]
+    assert "reset_fallback_frac" in fake.stats and "reset_fallback_frac" not in stats
 
 
 @pytest.mark.parametrize(
@@ -432,16 +434,16 @@ def test_srpo_diagnostic_counts_localisation_hits():
         prompts=4, reward=always_fail, localizer=lambda p: f"Step: {wrong_step_of(p) + 1}"
     )
     method = SRPO()
-    batch = roll(method, right)
-    stats = method.loss(batch.old_logprobs, batch, method.advantages(batch))[1]
+    roll(method, right)
+    stats = right.stats
     assert stats["reset_hits_first_wrong"] == 1.0 and stats["localize_parsed_frac"] == 1.0
     assert stats["reset_clean_frac"] == 1.0
     garbage = ResetFakeServices(prompts=4, reward=always_fail, localizer=lambda p: "hmm")
     roll(method, garbage)  # every answer unparsed: reset at step 1
     truth = [wrong_step_of(p) for p in range(4)]
-    assert method.rollout_stats["reset_hits_first_wrong"] == sum(t == 0 for t in truth) / 4
-    assert method.rollout_stats["localize_parsed_frac"] == 0.0
-    assert method.rollout_stats["reset_position"] == 0.0
+    assert garbage.stats["reset_hits_first_wrong"] == sum(t == 0 for t in truth) / 4
+    assert garbage.stats["localize_parsed_frac"] == 0.0
+    assert garbage.stats["reset_position"] == 0.0
     assert sum(r[1] == "localize" for r in garbage.rows) == 4
 
 
@@ -452,7 +454,7 @@ def test_rrpo_hit_rate_is_about_one_over_the_number_of_steps():
     for step in range(100):
         fake.step, fake.rows = step, []
         roll(method, fake)
-        hits.append(method.rollout_stats["reset_hits_first_wrong"])
+        hits.append(fake.stats["reset_hits_first_wrong"])
         assert not any(r[1] == "localize" for r in fake.rows)
     expected = sum(1 / steps_of(p) for p in range(4)) / 4
     assert abs(sum(hits) / len(hits) - expected) < 0.08
@@ -537,7 +539,7 @@ def test_budget_charges_every_generated_token(nano, name):
     assert services.meter.forward_tokens == sum(c[2] for c in calls)
     assert batch.size == 2 * 8
     assert int(batch.response_mask.sum()) < sum(c[1] for c in calls)
-    assert method.rollout_stats["fresh_per_prompt"] == 7
+    assert services.stats["fresh_per_prompt"] == 7
 
 
 def test_delimited_step_ids_cut_after_each_delimiter(nano):

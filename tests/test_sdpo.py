@@ -240,7 +240,7 @@ def test_top_k_loss_distils_only_rows_with_a_teacher() -> None:
     ]
     assert batch.extras["sdpo_topk_index"].shape == (*batch.response_mask.shape, 4)
     logprobs = batch.old_logprobs.clone().requires_grad_(True)
-    loss, stats = method.loss(logprobs, batch, adv)
+    loss, stats = method.loss(logprobs, batch, adv, services=services)
     assert services.calls[-1] == "distribution:policy:grad"
     assert torch.isfinite(loss) and loss > 0 and stats["is_capped_frac"] == 0.0
     (grad,) = torch.autograd.grad(loss, services.last_grad_input)

@@ -48,6 +48,7 @@ def ppo_update(
     seed: int,
     step: int,
     after_optimizer_step: Callable[[], None] | None = None,
+    services=None,
 ) -> dict[str, float]:
     """Run ``train.ppo_epochs`` x ``train.minibatches`` optimizer steps on one batch.
 
@@ -56,6 +57,7 @@ def ppo_update(
         lengths: ``[B]`` prompt + response tokens of each row, what the meter charges.
         seed: seeds the minibatch shuffle (epoch ``e`` uses ``seed + e``).
         step: the step number, for diagnostics.
+        services: the step's services, handed to ``method.loss`` (a loss may run a pass).
 
     Returns:
         Token-weighted means of the method's loss statistics (``clip_frac``, ``approx_kl``,
@@ -87,7 +89,9 @@ def ppo_update(
                     micro.response_mask,
                     temperature=temperature,
                 )
-                loss, stats = method.loss(logprobs, micro, advantages[rows], normalizers)
+                loss, stats = method.loss(
+                    logprobs, micro, advantages[rows], normalizers, services=services
+                )
                 check_finite(loss, "loss", name, step)
                 loss.backward()
                 meter.charge_training(lengths[rows])

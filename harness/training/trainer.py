@@ -279,7 +279,7 @@ class Trainer:
 
     def _train_step(self) -> dict[str, Any]:
         services, meter, method = self.services, self.meter, self.method
-        services.step = self.step
+        services.begin_step(self.step)
         seconds_before = dict(services.seconds)
         timing: dict[str, float] = {}
         with meter.clock():
@@ -329,6 +329,7 @@ class Trainer:
             seed=derive_seed(self.config.seed, "minibatch", self.step),
             step=self.step + 1,
             after_optimizer_step=self.services.on_policy_updated,
+            services=self.services,
         )
 
     def _step_record(self, batch, advantages, stats, timing) -> dict[str, Any]:
@@ -353,6 +354,7 @@ class Trainer:
             }
         )
         record.update({key: float(value) for key, value in stats.items()})
+        record.update(self.services.stats)  # what the method reported this step
         diagnostics: dict[str, float] = {}
         first_wrong = batch.extras.get("first_wrong_mask")
         if first_wrong is not None:  # step ground truth: does the method blame the right tokens?
@@ -362,7 +364,9 @@ class Trainer:
         # loss that runs a model pass of its own (SDPO's top-K) is not charged for it here.
         with self.meter.outside_budget():
             cancel = loss_cancellation(
-                lambda logprobs: self.method.loss(logprobs, batch, advantages)[0],
+                lambda logprobs: self.method.loss(
+                    logprobs, batch, advantages, services=self.services
+                )[0],
                 batch.old_logprobs,
                 advantages,
                 batch.response_ids,

@@ -221,8 +221,8 @@ def test_every_pass_of_a_step_is_charged(nano_policy, tmp_path):
     trainer = Trainer(config, tmp_path / "charged")
     trainer.method = Recorder()
     Recorder.batches.clear()
-    trainer._build()
-    trainer._train_step()
+    trainer.build()
+    trainer.train_step()
     (batch,) = Recorder.batches
     meter = trainer.meter
 

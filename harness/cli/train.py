@@ -70,7 +70,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 overrides.append(f"output_dir={args.output}")
             if args.name:
                 overrides.append(f"run_name={args.name}")
-            config = load_config(args.config, [*overrides, *args.overrides])
+            # The trainer resolves the method's options (once); loading only parses and checks.
+            config = load_config(args.config, [*overrides, *args.overrides], resolve=False)
             trainer = Trainer(config)
     except ConfigError as err:
         return _fail("train", str(err))

@@ -134,33 +134,23 @@ def method_steps(trainer, methods: list[str] | None) -> list[dict[str, float | s
     from creditbench.methods.registry import list_methods
 
     rows: list[dict[str, float | str]] = []
-    services, meter, original = trainer.services, trainer.meter, trainer.method
-    try:
-        for name, cls in list_methods().items():
-            if methods and name not in methods and name != "grpo":
-                continue
-            if cls.requires_extras and not services.step_checked:
-                continue
-            trainer.method = cls(build_method_config(cls, {}))
-            flops_before = meter.counters()["flops"]
-            started = time.perf_counter()
-            batch = trainer.method.rollout(services)
-            passes_before = sum(services.seconds.values())
-            advantage_started = time.perf_counter()
-            advantages = trainer.method.advantages(batch, services)
-            advantage_total = time.perf_counter() - advantage_started
-            passes = sum(services.seconds.values()) - passes_before
-            trainer._update(batch, advantages)
-            rows.append(
-                {
-                    "method": name,
-                    "step": time.perf_counter() - started,
-                    "flops": meter.counters()["flops"] - flops_before,
-                    "advantages": advantage_total - passes,
-                }
-            )
-    finally:
-        trainer.method = original
+    services, meter = trainer.services, trainer.meter
+    for name, cls in list_methods().items():
+        if methods and name not in methods and name != "grpo":
+            continue
+        if cls.requires_extras and not services.step_checked:
+            continue
+        flops_before = meter.counters()["flops"]
+        record = trainer.train_step(cls(build_method_config(cls, {})))
+        timing = record["time"]
+        rows.append(
+            {
+                "method": name,
+                "step": timing["step"],
+                "flops": meter.counters()["flops"] - flops_before,
+                "advantages": timing["advantages"],
+            }
+        )
     return rows
 
 
@@ -175,7 +165,7 @@ def run_perf(
 
     config = load_config(config_path, [*overrides, "budget.unit=steps", "budget.amount=1000000"])
     trainer = Trainer(config)
-    trainer._build()
+    trainer.build()
     cfg = trainer.config
     meter = trainer.meter
     print(
@@ -184,12 +174,12 @@ def run_perf(
         f"{cfg.rollout.prompts_per_step} prompts x {cfg.rollout.group_size}, "
         f"max {cfg.rollout.max_new_tokens} new tokens, {torch.get_num_threads()} threads"
     )
-    trainer._train_step()  # warm-up
+    trainer.train_step()  # warm-up
     records: list[dict[str, Any]] = []
     flops, gen_tokens, train_tokens, train_flops = [], [], [], []
     for _ in range(repeats):
         before = dict(meter.counters())
-        records.append(trainer._train_step())
+        records.append(trainer.train_step())
         after = meter.counters()
         flops.append(after["flops"] - before["flops"])
         gen_tokens.append(after["generated_tokens"] - before["generated_tokens"])

@@ -19,9 +19,6 @@ epoch's importance ratio is exactly 1.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,57 +26,33 @@ from typing import Any
 
 import torch
 
-from creditbench.harness.budget import BudgetMeter
-from creditbench.harness.config import (
-    ConfigError,
-    RunConfig,
-    build_method_config,
-    from_dict,
-    resolve_method_options,
-    to_dict,
-)
-from creditbench.harness.diagnostics.cancellation import loss_cancellation
-from creditbench.harness.diagnostics.credit import credit_diagnostics
+from creditbench.harness.config import ConfigError, RunConfig, from_dict, resolve_run, to_dict
+from creditbench.harness.diagnostics.step import batch_statistics, step_diagnostics
 from creditbench.harness.records.rundir import (
     MetricsLogger,
     RunDir,
     capture_environment,
     restore_rng_state,
 )
+from creditbench.harness.records.summary import budget_fields, default_run_name, run_summary
 from creditbench.harness.sampling.rollout import derive_seed
-from creditbench.harness.services import HarnessServices, sequence_lengths
+from creditbench.harness.services import sequence_lengths
 from creditbench.harness.training.evaluation import evaluate
 from creditbench.harness.training.ppo import NonFiniteError, check_finite, ppo_update
-from creditbench.methods.contract import STEP_TRUTH_KEYS
-from creditbench.methods.core import RolloutBatch, masked_mean
-from creditbench.methods.registry import get_method
+from creditbench.harness.training.setup import (
+    build_models,
+    check_run,
+    load_task,
+    resolve_device,
+)
+from creditbench.methods.base import CreditMethod
+from creditbench.methods.core import RolloutBatch
 
-# The budget of a run whose config leaves budget.amount at 0, per unit: the quick suite's.
-# 1.2e12 FLOPs is about 8 steps of 8 prompts x 8 responses on the 8-step chain task with the
-# "tiny" base policy; in the validation sweep GRPO gained 9.5 to 22 points of sampled accuracy
-# by 1.5e12 at that batch size (`creditbench validate`, docs/testbed.md).
-DEFAULT_BUDGET = {"flops": 1.2e12, "tokens": 6.0e4, "steps": 8.0}
-
-
-def default_run_name(config: RunConfig) -> str:
-    return config.run_name or f"{config.method}-{config.task}-s{config.seed}"
+__all__ = ["NonFiniteError", "Trainer", "default_run_name", "run_path"]
 
 
 def run_path(config: RunConfig) -> Path:
     return Path(config.output_dir) / default_run_name(config)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def trapezoid(xs: list[float], ys: list[float]) -> float:
-    """Area under a piecewise-linear curve through ``(xs, ys)``."""
-    return sum(
-        (x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:], strict=False)
-    )
 
 
 class _Logger:
@@ -100,38 +73,18 @@ class _Logger:
 class Trainer:
     """Trains one method on one task under one budget. See the module docstring.
 
-    ``Trainer(config)`` validates everything a user can get wrong (method, its options, the
-    task, the extras the method needs) and raises :class:`ConfigError` before anything is
-    written; :meth:`train` then builds the models and runs.
+    ``Trainer(config)`` resolves the config once (:func:`~creditbench.harness.config.resolve_run`)
+    and validates everything a user can get wrong (method, its options, the task, the extras the
+    method needs), raising :class:`ConfigError` before anything is written; :meth:`train` then
+    builds the models (:meth:`build`) and runs.
     """
 
     def __init__(self, config: RunConfig, run_dir: RunDir | str | Path | None = None) -> None:
-        from creditbench.harness.tasks import get_task
-
-        if config.budget.amount <= 0:
-            if config.budget.unit not in DEFAULT_BUDGET:
-                raise ConfigError(f"budget.amount: must be set for unit {config.budget.unit!r}")
-            budget = dataclasses.replace(config.budget, amount=DEFAULT_BUDGET[config.budget.unit])
-            config = dataclasses.replace(config, budget=budget)
-        self.config = resolve_method_options(config)
-        self.method_cls = get_method(config.method)
-        try:
-            self.task = get_task(config.task, **config.task_options)
-        except (KeyError, TypeError, ValueError) as err:
-            message = err.args[0] if err.args else str(err)
-            raise ConfigError(f"task: {message}") from None
-        supplies = set(STEP_TRUTH_KEYS) if hasattr(self.task, "first_wrong_step") else set()
-        missing = [key for key in self.method_cls.requires_extras if key not in supplies]
-        if missing:
-            raise ConfigError(
-                f"method: {config.method!r} needs step ground truth ({', '.join(missing)}) "
-                f"that task {config.task!r} cannot supply"
-            )
-        self.method = self.method_cls(
-            build_method_config(self.method_cls, self.config.method_options)
-        )
-        if self.config.model.path is None:
-            self._check_bootstrap_options()
+        resolved = resolve_run(config)
+        self.config = resolved.config
+        self.task = load_task(self.config)
+        check_run(self.config, resolved.method_cls, self.task)
+        self.method: CreditMethod = resolved.method_cls(resolved.method_config)
         if not isinstance(run_dir, RunDir):
             run_dir = RunDir(run_dir if run_dir is not None else run_path(self.config))
         self.run_dir = run_dir
@@ -145,93 +98,13 @@ class Trainer:
             raise ConfigError(f"--resume: {run_dir.path} holds no run (no config.yaml)")
         return cls(from_dict(RunConfig, run_dir.config()), run_dir)
 
-    def _check_bootstrap_options(self) -> None:
-        from creditbench.harness.models.bootstrap import as_bootstrap_config, task_alphabet
-
-        try:
-            task_alphabet(self.task)
-        except ValueError:
-            raise ConfigError(
-                f"model.path: task {self.config.task!r} has no built-in base policy; "
-                "give a Hugging Face model directory"
-            ) from None
-        try:
-            as_bootstrap_config(self.config)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-
-    # --- building ---------------------------------------------------------------------------
-
-    def _load_base_policy(self):
-        from creditbench.harness.models.modeling import load_policy
-
-        cfg = self.config.model
-        dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
-        if cfg.path is not None:
-            path = Path(cfg.path)
-        else:
-            from creditbench.harness.models.bootstrap import ensure_base_policy
-
-            path = ensure_base_policy(self.config.task, self.config.task_options, self.config)
-        self.base_path = path
-        return load_policy(path, dtype=dtype, device=self.device, gguf_file=cfg.gguf_file)
-
-    def _teacher(self):
-        from creditbench.harness.models.bootstrap import ensure_teacher_policy
-        from creditbench.harness.models.modeling import load_policy
-
-        path = ensure_teacher_policy(self.config.task, self.config.task_options, self.config)
-        model, _ = load_policy(path, device=self.device)
-        return model.requires_grad_(False)
-
-    def needs_reference(self) -> bool:
-        """A frozen reference model is loaded when asked for, or when a KL weight is on.
-
-        Any method option named ``kl_coef*`` (the loss's ``kl_coef``, REINFORCE++'s
-        ``kl_coef_reward``) that is positive needs reference log-probs.
-        """
-        options = self.config.method_options
-        kl_on = any(
-            key.startswith("kl_coef") and isinstance(value, (int, float)) and value > 0
-            for key, value in options.items()
-        )
-        return self.config.train.reference_model or kl_on
-
-    def _build(self) -> None:
-        cfg = self.config
-        self.policy, self.tokenizer = self._load_base_policy()
-        self.policy.eval()
-        self.reference = None
-        if self.needs_reference():
-            self.reference = copy.deepcopy(self.policy).requires_grad_(False)
-        self.meter = BudgetMeter.for_model(
-            self.policy, unit=cfg.budget.unit, amount=cfg.budget.amount
-        )
-        self.optimizer = torch.optim.AdamW(
-            self.policy.parameters(),
-            lr=cfg.train.lr,
-            betas=tuple(cfg.train.adam_betas),
-            weight_decay=cfg.train.weight_decay,
-        )
-        sampler = None
-        if cfg.rollout.backend == "vllm":
-            from creditbench.harness.sampling.rollout import VLLMBackend
-
-            sampler = VLLMBackend(self.base_path, self.tokenizer, seed=cfg.seed)
-        micro = cfg.train.micro_batch_size or cfg.rollout.prompts_per_step * cfg.rollout.group_size
-        self.micro_batch_size = micro
-        self.services = HarnessServices(
-            task=self.task,
-            policy=self.policy,
-            tokenizer=self.tokenizer,
-            meter=self.meter,
-            rollout=cfg.rollout,
-            micro_batch_size=micro,
-            seed=cfg.seed,
-            reference=self.reference,
-            teacher_loader=self._teacher if hasattr(self.task, "first_wrong_step") else None,
-            sampler=sampler,
-        )
+    def build(self) -> None:
+        """Load the models and services (:func:`~creditbench.harness.training.setup.build_models`)
+        and start at step 0."""
+        models = build_models(self.config, self.task, self.device)
+        self.policy, self.tokenizer = models.policy, models.tokenizer
+        self.optimizer, self.meter = models.optimizer, models.meter
+        self.services, self.micro_batch_size = models.services, models.micro_batch_size
         self.step = 0
         self.evals: list[dict[str, Any]] = []
 
@@ -247,7 +120,7 @@ class Trainer:
             return summary
         started = time.perf_counter()
         self.run_dir.create(to_dict(self.config), capture_environment())
-        self._build()
+        self.build()
         self._restore()
         logger = _Logger(MetricsLogger(self.run_dir, purge_step=self.step + 1), on_record)
         try:
@@ -257,7 +130,7 @@ class Trainer:
             while not self.meter.exhausted():
                 before = self.meter.fraction()
                 try:
-                    record = self._train_step()
+                    record = self.train_step()
                 except NonFiniteError as err:
                     self.run_dir.write_summary(
                         self._summary(started, status="non-finite", error=str(err))
@@ -277,8 +150,11 @@ class Trainer:
             logger.close()
         return summary
 
-    def _train_step(self) -> dict[str, Any]:
-        services, meter, method = self.services, self.meter, self.method
+    def train_step(self, method: CreditMethod | None = None) -> dict[str, Any]:
+        """One step (rollout, advantages, update) and its metrics record. ``method`` runs
+        another method's step on the same models (``creditbench perf``); default the run's."""
+        method = method or self.method
+        services, meter = self.services, self.meter
         services.begin_step(self.step)
         seconds_before = dict(services.seconds)
         timing: dict[str, float] = {}
@@ -297,7 +173,7 @@ class Trainer:
                     f"expected {tuple(batch.response_mask.shape)}"
                 )
             check_finite(advantages, "advantage tensor", name, self.step + 1)
-            stats = self._update(batch, advantages)
+            stats = self.update(method, batch, advantages)
             t3 = time.perf_counter()
         self.step += 1
         timing = {
@@ -310,15 +186,18 @@ class Trainer:
         for key in ("generation", "scoring"):
             timing[key] = services.seconds[key] - seconds_before[key]
         timing["budget_seconds"] = meter.seconds
-        return self._step_record(batch, advantages, stats, timing)
+        return self._step_record(method, batch, advantages, stats, timing)
 
-    def _update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
+    def update(
+        self, method: CreditMethod, batch: RolloutBatch, advantages: torch.Tensor
+    ) -> dict[str, float]:
+        """The PPO-style update of ``method``'s loss on one batch (:func:`ppo_update`)."""
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         lengths = batch.prompt_mask.sum(-1).long() + sequence_lengths(batch.response_ids, eos, pad)
         return ppo_update(
             self.policy,
             self.optimizer,
-            self.method,
+            method,
             batch,
             advantages,
             train=self.config.train,
@@ -332,65 +211,25 @@ class Trainer:
             services=self.services,
         )
 
-    def _step_record(self, batch, advantages, stats, timing) -> dict[str, Any]:
-        mask = batch.response_mask
-        adv_mean = masked_mean(advantages, mask)
-        adv_std = masked_mean((advantages - adv_mean) ** 2, mask).sqrt()
-        rewards = batch.rewards[torch.isfinite(batch.rewards)]
-        record: dict[str, Any] = {"step": self.step}
-        record.update(self._budget_fields())
-        record.update(
-            {
-                "reward_mean": float(rewards.mean()) if rewards.numel() else float("nan"),
-                "accuracy": float((rewards > 0.5).float().mean()) if rewards.numel() else 0.0,
-                "responses": batch.size,
-                "response_length": float(mask.sum(-1).mean()),
-                "truncated_frac": float(batch.truncated.float().mean())
-                if batch.truncated is not None
-                else 0.0,
-                "adv_mean": float(adv_mean),
-                "adv_std": float(adv_std),
-                "adv_abs_mean": float(masked_mean(advantages.abs(), mask)),
-            }
-        )
+    def _step_record(self, method, batch, advantages, stats, timing) -> dict[str, Any]:
+        record: dict[str, Any] = {"step": self.step, **budget_fields(self.meter)}
+        record.update(batch_statistics(batch, advantages))
         record.update({key: float(value) for key, value in stats.items()})
         record.update(self.services.stats)  # what the method reported this step
-        diagnostics: dict[str, float] = {}
-        first_wrong = batch.extras.get("first_wrong_mask")
-        if first_wrong is not None:  # step ground truth: does the method blame the right tokens?
-            diagnostics.update(credit_diagnostics(advantages, mask, first_wrong, batch.rewards))
-        # Token gradient cancellation of the step's first update, at the behaviour policy (the
-        # loss's gradient on token log-probs): harness.diagnostics.cancellation. A measurement, so a
-        # loss that runs a model pass of its own (SDPO's top-K) is not charged for it here.
+        # A measurement, so a loss that runs a model pass of its own (SDPO's top-K) is not
+        # charged for it here.
         with self.meter.outside_budget():
-            cancel = loss_cancellation(
-                lambda logprobs: self.method.loss(
-                    logprobs, batch, advantages, services=self.services
-                )[0],
-                batch.old_logprobs,
-                advantages,
-                batch.response_ids,
-                mask,
-                batch.group_ids,
-                batch.prompt_ids,
-                batch.prompt_mask,
+            record.update(
+                step_diagnostics(
+                    batch,
+                    advantages,
+                    lambda logprobs: method.loss(
+                        logprobs, batch, advantages, services=self.services
+                    )[0],
+                )
             )
-        diagnostics.update(cancel)
-        # JSON has no NaN: an undefined diagnostic (no failed response, no shared token) is null
-        record.update({k: None if math.isnan(v) else v for k, v in diagnostics.items()})
         record["time"] = timing
         return record
-
-    def _budget_fields(self) -> dict[str, Any]:
-        m = self.meter
-        return {
-            "budget_fraction": m.fraction() if m.unit != "seconds" else None,
-            "flops": m.flops,
-            "generated_tokens": m.generated_tokens,
-            "forward_tokens": m.forward_tokens,
-            "trained_tokens": m.trained_tokens,
-            "optimizer_steps": m.optimizer_steps,
-        }
 
     # --- evaluation, checkpoints, summary -----------------------------------------------------
 
@@ -414,7 +253,7 @@ class Trainer:
             )
         seconds = time.perf_counter() - started
         for fraction in fractions:
-            entry = {"fraction": fraction, **self._budget_fields(), **result}
+            entry = {"fraction": fraction, **budget_fields(self.meter), **result}
             entry["step"] = self.step
             self.evals.append(entry)
             logger.log({"step": self.step, "eval": entry, "time": {"eval": seconds}})
@@ -453,38 +292,12 @@ class Trainer:
         restore_rng_state(saved["rng_state"])
 
     def _summary(self, started: float, *, status: str = "finished", error: str | None = None):
-        cfg = self.config
-        evals = self.evals
-        summary: dict[str, Any] = {
-            "status": status,
-            "method": cfg.method,
-            "task": cfg.task,
-            "task_options": cfg.task_options,
-            "seed": cfg.seed,
-            "run_name": default_run_name(cfg),
-            "steps": self.step,
-            "budget": {
-                "unit": cfg.budget.unit,
-                "amount": cfg.budget.amount,
-                **self._budget_fields(),
-            },
-        }
-        if error is not None:
-            summary["error"] = error
-        if evals:
-            summary["initial_eval"] = evals[0]
-            summary["final_eval"] = evals[-1]
-            key = "sampled_accuracy" if "sampled_accuracy" in evals[-1] else "greedy_accuracy"
-            summary["best_eval"] = max(evals, key=lambda e: e.get(key, 0.0))
-            summary["improvement"] = evals[-1].get(key, 0.0) - evals[0].get(key, 0.0)
-            xs = [min(e["fraction"], 1.0) for e in evals]
-            summary["auc"] = {
-                metric: trapezoid(xs, [e[metric] for e in evals])
-                for metric in ("sampled_accuracy", "greedy_accuracy")
-                if all(metric in e for e in evals)
-            }
-        summary["time"] = {
-            "wall_seconds": time.perf_counter() - started,
-            "budget_seconds": self.meter.seconds,
-        }
-        return summary
+        return run_summary(
+            self.config,
+            steps=self.step,
+            meter=self.meter,
+            evals=self.evals,
+            wall_seconds=time.perf_counter() - started,
+            status=status,
+            error=error,
+        )

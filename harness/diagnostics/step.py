@@ -1,0 +1,62 @@
+"""The metrics record of one training step: rewards, advantage statistics, the update's
+statistics, what the method reported, and the diagnostics of credit placement and cancellation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from creditbench.harness.diagnostics.cancellation import loss_cancellation
+from creditbench.harness.diagnostics.credit import credit_diagnostics
+from creditbench.methods.contract import FIRST_WRONG_MASK
+from creditbench.methods.core import RolloutBatch, masked_mean
+
+
+def batch_statistics(batch: RolloutBatch, advantages: Tensor) -> dict[str, Any]:
+    """Reward, accuracy, length and advantage statistics of the step's batch."""
+    mask = batch.response_mask
+    adv_mean = masked_mean(advantages, mask)
+    adv_std = masked_mean((advantages - adv_mean) ** 2, mask).sqrt()
+    rewards = batch.rewards[torch.isfinite(batch.rewards)]
+    truncated = batch.truncated
+    return {
+        "reward_mean": float(rewards.mean()) if rewards.numel() else float("nan"),
+        "accuracy": float((rewards > 0.5).float().mean()) if rewards.numel() else 0.0,
+        "responses": batch.size,
+        "response_length": float(mask.sum(-1).mean()),
+        "truncated_frac": float(truncated.float().mean()) if truncated is not None else 0.0,
+        "adv_mean": float(adv_mean),
+        "adv_std": float(adv_std),
+        "adv_abs_mean": float(masked_mean(advantages.abs(), mask)),
+    }
+
+
+def step_diagnostics(
+    batch: RolloutBatch, advantages: Tensor, loss_of: Callable[[Tensor], Tensor]
+) -> dict[str, float | None]:
+    """Credit placement against the step ground truth (when the batch has it) and the token
+    gradient cancellation of the step's first update at the behaviour policy (the gradient of
+    ``loss_of`` on token log-probs). Undefined values are None: JSON has no NaN."""
+    mask = batch.response_mask
+    out: dict[str, float] = {}
+    first_wrong = (batch.extras or {}).get(FIRST_WRONG_MASK)
+    if first_wrong is not None:  # does the method blame the right tokens?
+        out.update(credit_diagnostics(advantages, mask, first_wrong, batch.rewards))
+    out.update(
+        loss_cancellation(
+            loss_of,
+            batch.old_logprobs,
+            advantages,
+            batch.response_ids,
+            mask,
+            batch.group_ids,
+            batch.prompt_ids,
+            batch.prompt_mask,
+        )
+    )
+    return {key: None if math.isnan(value) else value for key, value in out.items()}

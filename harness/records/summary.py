@@ -1,0 +1,75 @@
+"""What a run reports about itself: the budget counters of every record and ``summary.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from creditbench.harness.budget import BudgetMeter
+from creditbench.harness.config import RunConfig
+
+
+def default_run_name(config: RunConfig) -> str:
+    return config.run_name or f"{config.method}-{config.task}-s{config.seed}"
+
+
+def trapezoid(xs: list[float], ys: list[float]) -> float:
+    """Area under a piecewise-linear curve through ``(xs, ys)``."""
+    return sum(
+        (x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:], strict=False)
+    )
+
+
+def budget_fields(meter: BudgetMeter) -> dict[str, Any]:
+    """The meter's counters as every step and eval record carries them."""
+    return {
+        "budget_fraction": meter.fraction() if meter.unit != "seconds" else None,
+        "flops": meter.flops,
+        "generated_tokens": meter.generated_tokens,
+        "forward_tokens": meter.forward_tokens,
+        "trained_tokens": meter.trained_tokens,
+        "optimizer_steps": meter.optimizer_steps,
+    }
+
+
+def run_summary(
+    config: RunConfig,
+    *,
+    steps: int,
+    meter: BudgetMeter,
+    evals: list[dict[str, Any]],
+    wall_seconds: float,
+    status: str = "finished",
+    error: str | None = None,
+) -> dict[str, Any]:
+    """``summary.json``: status, identity, budget spent, first/last/best evaluation and the
+    area under the accuracy-versus-budget-fraction curve."""
+    summary: dict[str, Any] = {
+        "status": status,
+        "method": config.method,
+        "task": config.task,
+        "task_options": config.task_options,
+        "seed": config.seed,
+        "run_name": default_run_name(config),
+        "steps": steps,
+        "budget": {
+            "unit": config.budget.unit,
+            "amount": config.budget.amount,
+            **budget_fields(meter),
+        },
+    }
+    if error is not None:
+        summary["error"] = error
+    if evals:
+        summary["initial_eval"] = evals[0]
+        summary["final_eval"] = evals[-1]
+        key = "sampled_accuracy" if "sampled_accuracy" in evals[-1] else "greedy_accuracy"
+        summary["best_eval"] = max(evals, key=lambda e: e.get(key, 0.0))
+        summary["improvement"] = evals[-1].get(key, 0.0) - evals[0].get(key, 0.0)
+        xs = [min(e["fraction"], 1.0) for e in evals]
+        summary["auc"] = {
+            metric: trapezoid(xs, [e[metric] for e in evals])
+            for metric in ("sampled_accuracy", "greedy_accuracy")
+            if all(metric in e for e in evals)
+        }
+    summary["time"] = {"wall_seconds": wall_seconds, "budget_seconds": meter.seconds}
+    return summary

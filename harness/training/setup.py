@@ -1,0 +1,162 @@
+"""What a run is built from: its checks before anything is written, and its models.
+
+:func:`check_run` refuses, with a :class:`ConfigError` naming the field, whatever a user can get
+wrong that the config alone cannot tell (a task the method cannot run on, a task without a
+built-in base policy). :func:`build_models` loads the policy (the shipped or cached base policy
+of the testbed, or a Hugging Face directory), the frozen reference when a KL term needs it, the
+optimizer, the budget meter and the services a method sees.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from creditbench.harness.budget import BudgetMeter
+from creditbench.harness.config import ConfigError, RunConfig
+from creditbench.harness.services import HarnessServices
+from creditbench.methods.contract import STEP_TRUTH_KEYS
+
+
+def load_task(config: RunConfig) -> Any:
+    """The run's task, or ConfigError naming ``task``."""
+    from creditbench.harness.tasks import get_task
+
+    try:
+        return get_task(config.task, **config.task_options)
+    except (KeyError, TypeError, ValueError) as err:
+        message = err.args[0] if err.args else str(err)
+        raise ConfigError(f"task: {message}") from None
+
+
+def is_step_checked(task: Any) -> bool:
+    """Whether the task knows each response's first wrong step (the testbed does)."""
+    return callable(getattr(task, "first_wrong_step", None))
+
+
+def check_run(config: RunConfig, method_cls: Any, task: Any) -> None:
+    """ConfigError for a method that needs step ground truth the task cannot supply, and, when
+    the policy is the built-in base policy, for a task or bootstrap option it cannot serve."""
+    supplies = set(STEP_TRUTH_KEYS) if is_step_checked(task) else set()
+    missing = [key for key in method_cls.requires_extras if key not in supplies]
+    if missing:
+        raise ConfigError(
+            f"method: {config.method!r} needs step ground truth ({', '.join(missing)}) "
+            f"that task {config.task!r} cannot supply"
+        )
+    if config.model.path is not None:
+        return
+    from creditbench.harness.models.bootstrap import as_bootstrap_config, task_alphabet
+
+    try:
+        task_alphabet(task)
+    except ValueError:
+        raise ConfigError(
+            f"model.path: task {config.task!r} has no built-in base policy; "
+            "give a Hugging Face model directory"
+        ) from None
+    try:
+        as_bootstrap_config(config)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def needs_reference(config: RunConfig) -> bool:
+    """A frozen reference model is loaded when asked for, or when a KL weight is on.
+
+    Any method option named ``kl_coef*`` (the loss's ``kl_coef``, REINFORCE++'s
+    ``kl_coef_reward``) that is positive needs reference log-probs.
+    """
+    kl_on = any(
+        key.startswith("kl_coef") and isinstance(value, (int, float)) and value > 0
+        for key, value in config.method_options.items()
+    )
+    return config.train.reference_model or kl_on
+
+
+@dataclass
+class Models:
+    """Everything a run trains with, built by :func:`build_models`."""
+
+    policy: Any
+    tokenizer: Any
+    base_path: Path
+    reference: Any
+    optimizer: torch.optim.Optimizer
+    meter: BudgetMeter
+    services: HarnessServices
+    micro_batch_size: int
+
+
+def base_policy_path(config: RunConfig) -> Path:
+    """The policy's directory: ``model.path``, or the testbed's shipped or cached base policy."""
+    if config.model.path is not None:
+        return Path(config.model.path)
+    from creditbench.harness.models.bootstrap import ensure_base_policy
+
+    return ensure_base_policy(config.task, config.task_options, config)
+
+
+def teacher_loader(config: RunConfig, device: torch.device):
+    """A zero-argument loader of the frozen teacher (OPPO's teacher oracle), used on demand."""
+
+    def load() -> Any:
+        from creditbench.harness.models.bootstrap import ensure_teacher_policy
+        from creditbench.harness.models.modeling import load_policy
+
+        path = ensure_teacher_policy(config.task, config.task_options, config)
+        model, _ = load_policy(path, device=device)
+        return model.requires_grad_(False)
+
+    return load
+
+
+def build_models(config: RunConfig, task: Any, device: torch.device) -> Models:
+    """Load the policy and build what trains it; the policy stays in eval mode (no dropout),
+    so the training pass and the scoring pass agree."""
+    from creditbench.harness.models.modeling import load_policy
+
+    path = base_policy_path(config)
+    dtype = torch.bfloat16 if config.model.dtype == "bfloat16" else torch.float32
+    policy, tokenizer = load_policy(
+        path, dtype=dtype, device=device, gguf_file=config.model.gguf_file
+    )
+    policy.eval()
+    reference = copy.deepcopy(policy).requires_grad_(False) if needs_reference(config) else None
+    meter = BudgetMeter.for_model(policy, unit=config.budget.unit, amount=config.budget.amount)
+    optimizer = torch.optim.AdamW(
+        policy.parameters(),
+        lr=config.train.lr,
+        betas=tuple(config.train.adam_betas),
+        weight_decay=config.train.weight_decay,
+    )
+    sampler = None
+    if config.rollout.backend == "vllm":
+        from creditbench.harness.sampling.rollout import VLLMBackend
+
+        sampler = VLLMBackend(path, tokenizer, seed=config.seed)
+    rollout = config.rollout
+    micro = config.train.micro_batch_size or rollout.prompts_per_step * rollout.group_size
+    services = HarnessServices(
+        task=task,
+        policy=policy,
+        tokenizer=tokenizer,
+        meter=meter,
+        rollout=rollout,
+        micro_batch_size=micro,
+        seed=config.seed,
+        reference=reference,
+        teacher_loader=teacher_loader(config, device) if is_step_checked(task) else None,
+        sampler=sampler,
+    )
+    return Models(policy, tokenizer, path, reference, optimizer, meter, services, micro)

@@ -377,7 +377,7 @@ def test_ema_model_follows_the_policy_and_is_charged(services) -> None:
         for p in services.policy.parameters():
             p.add_(0.1)
     services.on_policy_updated()
-    ema = dict(services._model("ema").named_parameters())
+    ema = dict(services.scorers.get("ema").named_parameters())
     for name, p in services.policy.named_parameters():
         torch.testing.assert_close(ema[name], 0.75 * start[name] + 0.25 * p.detach())
     flops = services.meter.flops

@@ -115,6 +115,16 @@ def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
 
 
+def sequence_lengths(response_ids: Tensor, eos_id: int, pad_id: int) -> Tensor:
+    """``[B]`` real tokens of each response: through the first EOS, else every non-pad token."""
+    is_eos = response_ids == eos_id
+    has_eos = is_eos.any(-1)
+    first_eos = torch.where(has_eos, is_eos.float().argmax(-1) + 1, response_ids.shape[1])
+    if pad_id == eos_id:
+        return first_eos
+    return torch.where(has_eos, first_eos, (response_ids != pad_id).sum(-1))
+
+
 def cut_at_eos(tokens: Sequence[int], eos_id: int, pad_id: int) -> tuple[list[int], bool]:
     """The tokens up to and including the first EOS, and whether the response was truncated."""
     out: list[int] = []

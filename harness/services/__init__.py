@@ -1,0 +1,9 @@
+"""What the harness offers a method (:class:`methods.contract.Services`), all charged to the
+budget: :class:`HarnessServices` composes the prompt schedule (``prompts``), the graded batches
+(``batches``), the task's text helpers (``text``) and the scoring passes
+(:mod:`creditbench.harness.scoring.passes`)."""
+
+from creditbench.harness.sampling.rollout import sequence_lengths
+from creditbench.harness.services.harness_services import HarnessServices
+
+__all__ = ["HarnessServices", "sequence_lengths"]

@@ -1,174 +1,17 @@
 """The contract every registered method keeps, checked on random batches.
 
-Parametrised over ``list_methods()``: a method added later is checked here with no new test
-code. Every method is built with its default config and gets :class:`FakeServices`; batches
-carry the step ground truth a method lists in ``requires_extras``.
+The checks live in the installed package, `creditbench.harness.conformance.checks`, so that
+``creditbench conformance NAME`` runs the very same ones on a method outside this repository.
+Importing them here is how pytest collects them with the tests; their `pytest_generate_tests`
+comes along and parametrises them over every registered method, a method added later included.
 """
 
 from __future__ import annotations
 
-import functools
-import re
-import sys
-
 import pytest
-import torch
-from hypothesis import given
-from hypothesis import strategies as st
-from torch import Tensor
 
-from creditbench.methods.base import CreditMethod, LossConfig
-from creditbench.methods.contract import STEP_TRUTH_KEYS
-from creditbench.methods.core import Normalizers, RolloutBatch
-from creditbench.methods.registry import (
-    UnknownMethodError,
-    get_method,
-    list_methods,
-    register_method,
-)
-
-from fakes import FakeServices
-from strategies import (
-    pad_more,
-    permute_groups,
-    permute_within_groups,
-    perturb_group_rewards,
-    rollout_batches,
-)
-
-METHODS = list_methods()
-NAMES = list(METHODS)
-GROUP_LOCAL = [name for name, cls in METHODS.items() if cls.group_local]
-seeds = st.integers(0, 2**31 - 1)
-
-
-@functools.cache
-def batches_for(name: str, min_groups: int = 1) -> st.SearchStrategy[RolloutBatch]:
-    """Batches a method can take: with extras if it reads them, with or without otherwise."""
-    extras = True if METHODS[name].requires_extras else None
-    return rollout_batches(extras=extras, min_groups=min_groups)
-
-
-def advantages_of(name: str, batch: RolloutBatch) -> Tensor:
-    return METHODS[name]().advantages(batch, FakeServices())
-
-
-def assert_same(actual: Tensor, expected: Tensor) -> None:
-    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
-
-
-# --------------------------------------------------------------------------------------------
-# Advantages
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", NAMES)
-@given(data=st.data())
-def test_advantages_shape_finite_and_zero_off_mask(name: str, data: st.DataObject) -> None:
-    batch = data.draw(batches_for(name))
-    before = {key: value.clone() for key, value in vars(batch).items() if isinstance(value, Tensor)}
-    before.update({f"extras[{k}]": v.clone() for k, v in (batch.extras or {}).items()})
-    adv = advantages_of(name, batch)
-    assert adv.shape == batch.response_mask.shape
-    assert adv.is_floating_point()
-    assert torch.isfinite(adv).all()
-    assert (adv[batch.response_mask == 0] == 0).all(), "non-zero advantage on a masked position"
-    after = {key: value for key, value in vars(batch).items() if isinstance(value, Tensor)}
-    after.update({f"extras[{k}]": v for k, v in (batch.extras or {}).items()})
-    for key, value in before.items():
-        assert torch.equal(after[key], value), f"advantages() modified batch.{key}"
-
-
-@pytest.mark.parametrize("name", NAMES)
-@given(data=st.data(), seed=seeds)
-def test_equivariant_under_permuting_responses_within_a_group(
-    name: str, data: st.DataObject, seed: int
-) -> None:
-    batch = data.draw(batches_for(name))
-    permuted, index = permute_within_groups(batch, seed)
-    assert_same(advantages_of(name, permuted), advantages_of(name, batch)[index])
-
-
-@pytest.mark.parametrize("name", NAMES)
-@given(data=st.data(), seed=seeds, relabel=st.booleans())
-def test_equivariant_under_permuting_groups(
-    name: str, data: st.DataObject, seed: int, relabel: bool
-) -> None:
-    batch = data.draw(batches_for(name))
-    permuted, index = permute_groups(batch, seed, relabel=relabel)
-    assert_same(advantages_of(name, permuted), advantages_of(name, batch)[index])
-
-
-@pytest.mark.parametrize("name", GROUP_LOCAL)
-@given(data=st.data())
-def test_no_leakage_across_groups(name: str, data: st.DataObject) -> None:
-    batch = data.draw(batches_for(name, min_groups=2))
-    group = data.draw(st.sampled_from(batch.group_ids.unique().tolist()))
-    size = int((batch.group_ids == group).sum())
-    dyadic = st.integers(-8, 8).map(lambda k: k / 4)
-    new_rewards = data.draw(st.lists(dyadic, min_size=size, max_size=size))
-    changed = perturb_group_rewards(batch, group, new_rewards)
-    others = batch.group_ids != group
-    assert_same(advantages_of(name, changed)[others], advantages_of(name, batch)[others])
-
-
-@pytest.mark.parametrize("name", NAMES)
-@given(data=st.data(), extra=st.integers(1, 5), seed=seeds)
-def test_independent_of_padding_length(
-    name: str, data: st.DataObject, extra: int, seed: int
-) -> None:
-    batch = data.draw(batches_for(name))
-    width = batch.response_mask.shape[-1]
-    padded = advantages_of(name, pad_more(batch, extra, seed))
-    assert padded.shape == (batch.size, width + extra)
-    assert (padded[:, width:] == 0).all()
-    assert_same(padded[:, :width], advantages_of(name, batch))
-
-
-# --------------------------------------------------------------------------------------------
-# Loss
-# --------------------------------------------------------------------------------------------
-
-
-def current_logprobs(batch: RolloutBatch, seed: int) -> Tensor:
-    """Log-probs of a policy that drifted a little from the behaviour policy, with gradient."""
-    gen = torch.Generator().manual_seed(seed)
-    drift = 0.1 * torch.randn(batch.old_logprobs.shape, generator=gen)
-    return (batch.old_logprobs + drift).clamp(max=-1e-4).requires_grad_(True)
-
-
-@pytest.mark.parametrize("name", NAMES)
-@given(data=st.data(), seed=seeds)
-def test_default_loss_is_finite_and_adds_up_over_micro_batches(
-    name: str, data: st.DataObject, seed: int
-) -> None:
-    batch = data.draw(batches_for(name))
-    method = METHODS[name]()
-    adv = method.advantages(batch, FakeServices())
-    logprobs = current_logprobs(batch, seed)
-    loss, stats = method.loss(logprobs, batch, adv)
-    assert loss.shape == ()
-    assert torch.isfinite(loss), "loss is not finite"
-    assert all(isinstance(v, float) for v in stats.values()), "stats must be plain floats"
-    (grad,) = torch.autograd.grad(loss, logprobs)
-    assert torch.isfinite(grad).all(), "gradient is not finite"
-    assert (grad[batch.response_mask == 0] == 0).all(), "loss has gradient on a masked position"
-
-    # The loss of a batch split into micro-batches, each given the whole batch's counts,
-    # adds up to the loss of the whole batch.
-    in_first = torch.tensor([data.draw(st.booleans()) for _ in range(batch.size)])
-    normalizers = Normalizers.of(batch.response_mask)
-    total = torch.zeros(())
-    for part in (in_first, ~in_first):
-        if part.any():
-            part_loss, _ = method.loss(logprobs[part], batch.select(part), adv[part], normalizers)
-            total = total + part_loss.detach()
-    assert_same(total, loss.detach())
-
-
-# --------------------------------------------------------------------------------------------
-# Registry and documentation
-# --------------------------------------------------------------------------------------------
+from creditbench.harness.conformance.checks import *  # noqa: F403 (every check, by design)
+from creditbench.methods.registry import UnknownMethodError, get_method, list_methods
 
 
 def test_unknown_method_lists_the_known_ones() -> None:
@@ -176,28 +19,5 @@ def test_unknown_method_lists_the_known_ones() -> None:
         get_method("no-such-method")
     message = str(info.value)
     assert "no-such-method" in message
-    for name in NAMES:
+    for name in list_methods():
         assert name in message
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_registering_a_taken_name_is_an_error(name: str) -> None:
-    class Impostor(CreditMethod):
-        summary = "shadows another method"
-
-    with pytest.raises(ValueError, match=re.escape(name)):
-        register_method(name)(Impostor)
-    assert get_method(name) is METHODS[name]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_method_is_documented(name: str) -> None:
-    cls = METHODS[name]
-    assert cls.name == name
-    assert cls.summary.strip() and "\n" not in cls.summary, "summary must be one line"
-    assert "arXiv" in cls.paper, "paper: 'Title (arXiv id)'"
-    docs = (sys.modules[cls.__module__].__doc__ or "") + (cls.__dict__.get("__doc__") or "")
-    assert "Deviations" in docs, "the method's docstring must say what it chose (Deviations)"
-    assert issubclass(cls.Config, LossConfig)
-    assert isinstance(cls(), CreditMethod)
-    assert set(cls.requires_extras) <= set(STEP_TRUTH_KEYS), "unknown key in requires_extras"

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from creditbench.harness.cli.common import usage_error
+
 
 def parse_task_options(items: list[str]) -> dict[str, Any]:
     """``["n_steps=8", "name=x"]`` -> ``{"n_steps": 8, "name": "x"}`` (values read as JSON)."""
@@ -31,11 +33,6 @@ def parse_task_options(items: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             options[key] = raw
     return options
-
-
-def _fail(message: str) -> int:
-    print(f"creditbench bootstrap: error: {message}", file=sys.stderr)
-    return 2
 
 
 def _cmd_bootstrap(args: argparse.Namespace) -> int:
@@ -54,31 +51,33 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
     fields = {"preset": args.preset, "steps": args.steps, "batch_size": args.batch_size}
     fields.update(lr=args.lr, seed=args.seed)
     if args.n_eval < 1:
-        return _fail(f"--n-eval: must be >= 1 (got {args.n_eval})")
+        return usage_error("bootstrap", f"--n-eval: must be >= 1 (got {args.n_eval})")
     if args.threads is not None:
         if args.threads < 1:
-            return _fail(f"--threads: must be >= 1 (got {args.threads})")
+            return usage_error("bootstrap", f"--threads: must be >= 1 (got {args.threads})")
         import torch
 
         # On busy cores one thread can be many times faster than two that wait for each other.
         torch.set_num_threads(args.threads)
     if args.out is not None and Path(args.out).exists():
-        return _fail(f"--out: {args.out} exists; remove it or choose another directory")
+        return usage_error(
+            "bootstrap", f"--out: {args.out} exists; remove it or choose another directory"
+        )
     try:
         task_options = parse_task_options(args.task_option)
     except ValueError as err:
-        return _fail(str(err))
+        return usage_error("bootstrap", str(err))
     try:
         config = BootstrapConfig(**{k: v for k, v in fields.items() if v is not None})
     except ValueError as err:  # "batch_size: must be ..." -> "--batch-size: must be ..."
         field, _, rule = str(err).partition(": ")
-        return _fail(f"--{field.replace('_', '-')}: {rule}")
+        return usage_error("bootstrap", f"--{field.replace('_', '-')}: {rule}")
     try:
         task = make_task(args.task, task_options)
     except KeyError as err:  # an unknown task name; the message lists the known ones
-        return _fail(f"--task: {err}")
+        return usage_error("bootstrap", f"--task: {err}")
     except (ValueError, TypeError, ImportError) as err:
-        return _fail(f"--task-option {err}")
+        return usage_error("bootstrap", f"--task-option {err}")
     ensure = ensure_teacher_policy if args.teacher else ensure_base_policy
     if args.teacher:
         from creditbench.harness.models.bootstrap import CLEAN_TRACE_OPTIONS

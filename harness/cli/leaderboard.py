@@ -7,23 +7,19 @@ its report, ``validation.md``, beside the runs."""
 from __future__ import annotations
 
 import argparse
-import sys
+
+from creditbench.harness.cli.common import usage_error
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
     from creditbench.leaderboard import LeaderboardError, render
 
     if args.reps < 1:
-        print(
-            f"creditbench leaderboard: error: --reps: must be >= 1 (got {args.reps})",
-            file=sys.stderr,
-        )
-        return 2
+        return usage_error("leaderboard", f"--reps: must be >= 1 (got {args.reps})")
     try:
         paths = render(args.results_dir, args.out, reps=args.reps)
     except LeaderboardError as err:
-        print(f"creditbench leaderboard: error: {err}", file=sys.stderr)
-        return 2
+        return usage_error("leaderboard", str(err))
     for name in ("markdown", "csv", "html"):
         print(paths[name])
     return 0
@@ -38,16 +34,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     results = Path(args.results or "runs/bench-validation")
     if args.report_only:
         if not results.is_dir():
-            message = f"--results: {results} is not a folder"
-            print(f"creditbench validate: error: {message}", file=sys.stderr)
-            return 2
+            return usage_error("validate", f"--results: {results} is not a folder")
     else:
         try:
             suite_path(args.suite)
             code = run_suite(args.suite, workers=args.workers, results=str(results))
         except SuiteError as err:
-            print(f"creditbench validate: error: {err}", file=sys.stderr)
-            return 2
+            return usage_error("validate", str(err))
         if code != 0:
             print("creditbench validate: some runs failed; the report covers the finished ones")
     report = validation_markdown(results, reps=args.reps)

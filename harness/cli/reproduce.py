@@ -9,7 +9,8 @@ creditbench reproduce dapo --scale paper --model-dir DIR --steps 200
 from __future__ import annotations
 
 import argparse
-import sys
+
+from creditbench.harness.cli.common import usage_error
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
@@ -34,8 +35,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             reps=args.reps,
         )
     except ReproduceError as err:
-        print(f"creditbench reproduce: error: {err}", file=sys.stderr)
-        return 2
+        return usage_error("reproduce", str(err))
 
 
 def add_reproduce_commands(subparsers) -> None:

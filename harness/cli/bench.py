@@ -1,0 +1,73 @@
+"""``creditbench bench`` (a suite of methods x seeds x tasks in parallel workers) and
+``creditbench perf`` (where a step's time goes, against a plain loop).
+
+creditbench bench --suite quick --workers 2
+creditbench perf
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from creditbench.harness.cli.common import (
+    add_set_option,
+    quiet_transformers,
+    set_threads,
+    usage_error,
+)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from creditbench.harness.bench import SuiteError, run_suite
+
+    quiet_transformers()
+    try:
+        return run_suite(
+            args.suite,
+            workers=args.workers,
+            results=args.results,
+            dry_run=args.dry_run,
+            overrides=args.overrides,
+            only=args.only,
+            threads=args.threads,
+        )
+    except SuiteError as err:
+        return usage_error("bench", str(err))
+
+
+def _cmd_perf(args: argparse.Namespace) -> int:
+    from creditbench.harness.config import ConfigError
+    from creditbench.harness.training.perf import run_perf
+
+    set_threads(args.threads)
+    quiet_transformers()
+    try:
+        return run_perf(args.config, args.overrides, repeats=args.repeats, methods=args.methods)
+    except ConfigError as err:
+        return usage_error("perf", str(err))
+
+
+def add_bench_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="run a benchmark suite (methods x seeds x tasks)")
+    p.add_argument("--suite", required=True, help="quick, standard, or a suite YAML file")
+    p.add_argument("--workers", type=int, help="parallel runs (default: sized to the machine)")
+    p.add_argument("--results", help="results folder (default: runs/bench-SUITE)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="run only the runs whose names match (repeatable), e.g. 'chain-steps=8-*-s0'",
+    )
+    p.add_argument("--threads", type=int, help="torch threads per run (default: cores / workers)")
+    add_set_option(p, "override a config field of every run (repeatable)")
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("perf", help="time a training step by phase against a plain loop")
+    p.add_argument("--config", help="a YAML run config (default: the defaults)")
+    add_set_option(p)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--methods", nargs="*", help="methods to time (default: all)")
+    p.add_argument("--threads", type=int)
+    p.set_defaults(func=_cmd_perf)

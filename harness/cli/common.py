@@ -1,0 +1,42 @@
+"""What every ``creditbench`` verb shares: the one-line usage error (exit code 2), the torch
+thread count, quiet transformers, and the repeatable ``--set KEY=VALUE`` option."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_USAGE = 2
+
+
+def usage_error(command: str, message: str) -> int:
+    """Print ``creditbench COMMAND: error: MESSAGE`` to stderr; the exit code of a user error."""
+    print(f"creditbench {command}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def quiet_transformers() -> None:
+    """No per-file progress bars from transformers while saving checkpoints."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def add_set_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--set KEY=VALUE`` (repeatable), collected into ``args.overrides``."""
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=help or "override a config field, e.g. rollout.group_size=4 (repeatable)",
+    )

@@ -1,0 +1,74 @@
+"""``creditbench methods`` and ``creditbench conformance NAME``: the registered methods, and
+the conformance checks on one of them.
+
+creditbench methods                       # every method, its paper, where it comes from
+creditbench conformance mymethod          # the checks every built-in method passes
+creditbench conformance mymethod --max-examples 500
+
+A method from a plugin (a ``creditbench.methods`` entry point, see docs/contributing.md) is
+tagged with its distribution, e.g. ``[plugin: mypkg 0.1.0]``. User errors print one line naming
+the field to stderr and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+from creditbench.harness.cli.common import usage_error
+from creditbench.methods.registry import UnknownMethodError, get_method, list_methods, method_origin
+
+TEST_PACKAGES = ("pytest", "hypothesis")
+
+
+def _cmd_methods(args: argparse.Namespace) -> int:
+    methods = list_methods()
+    width = max(len(name) for name in methods)
+    for name, cls in methods.items():
+        tags = " [reference: needs ground truth]" if cls.reference else ""
+        origin = method_origin(name)
+        if origin.kind != "builtin":
+            tags += f" [{origin}]"
+        print(f"{name:<{width}}  {cls.summary}{tags}")
+        print(f"{'':<{width}}  paper: {cls.paper}")
+    return 0
+
+
+def _cmd_conformance(args: argparse.Namespace) -> int:
+    if args.max_examples < 1:
+        return usage_error("conformance", f"--max-examples: must be >= 1 (got {args.max_examples})")
+    for name in args.names:
+        try:
+            get_method(name)
+        except UnknownMethodError as err:
+            return usage_error("conformance", f"NAME: {err}")
+    missing = [package for package in TEST_PACKAGES if importlib.util.find_spec(package) is None]
+    if missing:
+        return usage_error(
+            "conformance",
+            f'the checks need {" and ".join(missing)}: pip install "creditbench[test]"',
+        )
+
+    from creditbench.harness.conformance.runner import run_checks
+
+    return run_checks(args.names, max_examples=args.max_examples)
+
+
+def add_method_commands(sub: argparse._SubParsersAction) -> None:
+    """Add ``methods`` and ``conformance`` to the ``creditbench`` parser."""
+    p = sub.add_parser("methods", help="list every registered method and where it comes from")
+    p.set_defaults(func=_cmd_methods)
+
+    p = sub.add_parser(
+        "conformance",
+        help="run the conformance checks (advantage shapes, padding, group locality, the loss) "
+        "on registered methods; exit 0 when all pass, 1 when one fails",
+    )
+    p.add_argument("names", nargs="+", metavar="NAME", help="a registered method")
+    p.add_argument(
+        "--max-examples",
+        type=int,
+        default=100,
+        help="random batches per check (default 100; the same ones on every run)",
+    )
+    p.set_defaults(func=_cmd_conformance)

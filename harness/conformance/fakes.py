@@ -1,0 +1,114 @@
+"""A small deterministic stand-in for the harness services, for methods whose ``advantages``
+asks the harness for more (scoring under other prompts, a teacher, fresh samples).
+
+Its scores depend only on the token id, its position and which model/prompt was asked, so
+they move with the rows when a batch is permuted and ignore padding added on the right:
+every conformance invariant that holds for a method holds with these services too.
+
+Part of the installed conformance suite, which hands them to every method it checks; the
+tests import them as ``from fakes import FakeServices``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from creditbench.harness.conformance.strategies import build_batch
+from creditbench.methods.core import RolloutBatch
+
+
+class StepServices:
+    """The per-step services every fake shares: the seeded generator and the stats channel,
+    as the harness implements them. A subclass (a dataclass) defines ``step`` and ``seed``."""
+
+    step: int
+    seed: int
+
+    def generator(self, stream: int) -> torch.Generator:
+        """Seeded as the harness seeds it: ``seed * stream + step``."""
+        return torch.Generator().manual_seed(self.seed * stream + self.step)
+
+    def report(self, stats: Any) -> None:
+        """Keeps what a method reports, as the harness does for the step's record."""
+        if not hasattr(self, "stats"):
+            self.stats: dict[str, float] = {}
+        self.stats.update({key: float(value) for key, value in stats.items()})
+
+
+@dataclass
+class FakeServices(StepServices):
+    """Deterministic services. ``calls`` records what was asked, in order."""
+
+    step: int = 0
+    seed: int = 0
+    calls: list[str] = field(default_factory=list)
+
+    def sample_batch(self) -> RolloutBatch:
+        """Three groups (sizes 4, 4, 1) of 0/1-rewarded responses, fixed by ``seed + step``."""
+        self.calls.append("sample_batch")
+        gen = torch.Generator().manual_seed(self.seed + self.step)
+        sizes = [4, 4, 1]
+        lengths = torch.randint(1, 9, (sum(sizes),), generator=gen).tolist()
+        rewards = (torch.rand(sum(sizes), generator=gen) < 0.5).float().tolist()
+        return build_batch(sizes, lengths, rewards, seed=self.seed + self.step)
+
+    def score(self, batch: RolloutBatch, prompts: Any = None, model: str = "policy") -> Tensor:
+        """Per-token log-probs ``[B, T]`` of the batch's responses, 0 where the mask is 0.
+
+        A function of (token id, position, model, whether other prompts were given) only.
+        """
+        self.calls.append(f"score:{model}")
+        offset = sum(map(ord, model)) + (11 if prompts is not None else 0)
+        position = torch.arange(batch.response_ids.shape[-1])
+        code = (batch.response_ids * 31 + position * 17 + offset) % 97
+        return -(0.05 + code.float() / 40.0) * batch.response_mask
+
+    def variant(self, batch: RolloutBatch, kind: str, hints: Any = None) -> list[str]:
+        """One prompt text per row naming the variant and the row's group (and hint, if any)."""
+        self.calls.append(f"variant:{kind}")
+        groups = batch.group_ids.tolist()
+        tails = [f" {h}" for h in hints] if hints is not None else [""] * len(groups)
+        return [f"{kind} of group {g}{tail}" for g, tail in zip(groups, tails, strict=True)]
+
+    def decode(self, batch: RolloutBatch) -> list[str]:
+        """The token ids of every response's masked positions, as text."""
+        self.calls.append("decode")
+        rows = zip(batch.response_ids.tolist(), batch.response_mask.tolist(), strict=True)
+        return [" ".join(str(t) for t, m in zip(ids, mask, strict=True) if m) for ids, mask in rows]
+
+    def track_ema(self, rate: float) -> None:
+        """Records the rate; ``score(model="ema")`` is then one more named model."""
+        self.calls.append(f"track_ema:{rate}")
+
+    def distribution(
+        self,
+        batch: RolloutBatch,
+        prompts: Any = None,
+        model: str = "policy",
+        *,
+        top_k: int | None = None,
+        indices: Tensor | None = None,
+        grad: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """Log-probs ``[B, T, K]`` of a softmax over 32 entries that is a function of (entry,
+        position, response token, model, whether other prompts were given) only. With ``grad``
+        the full log-softmax is a fresh leaf kept as ``last_grad_input``."""
+        self.calls.append(f"distribution:{model}" + (":grad" if grad else ""))
+        offset = sum(map(ord, model)) + (11 if prompts is not None else 0)
+        width = batch.response_ids.shape[-1]
+        entry = torch.arange(32).view(1, 1, -1)
+        position = torch.arange(width).view(1, -1, 1)
+        code = (entry * 13 + position * 7 + batch.response_ids.unsqueeze(-1) * 5 + offset) % 23
+        logp = torch.log_softmax(code.float() / 5.0, dim=-1)
+        if grad:
+            logp = logp.requires_grad_(True)
+            self.last_grad_input = logp
+        if indices is None:
+            k = 32 if top_k is None else min(top_k, 32)
+            indices = logp.detach().topk(k, dim=-1).indices
+        mask = batch.response_mask.unsqueeze(-1)
+        return logp.gather(-1, indices) * mask, indices * mask.long()

@@ -30,7 +30,16 @@ from .core import (
     masked_mean,
 )
 
-__all__ = ["CreditMethod", "LossConfig", "Services", "check_fields", "kl_penalty"]
+__all__ = [
+    "SINGLETON_RULES",
+    "CreditMethod",
+    "LossConfig",
+    "Services",
+    "check_fields",
+    "kl_penalty",
+]
+
+SINGLETON_RULES = ("zero", "raw")  # a group of one: advantage 0 (TRL), or its raw reward (verl)
 
 
 def check_fields(obj: object, checks: Sequence[tuple[str, bool, str]]) -> None:

@@ -56,12 +56,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
-from .contract import PROBLEM_INDEX, Services, method_extra
+from .base import CreditMethod, LossConfig, check_fields
+from .contract import Services, method_extra
 from .core import Normalizers, RolloutBatch, broadcast_to_tokens, concat_batches, group_mean_std
 from .core import group_normalized_scores as group_scores
 from .registry import register_method
-from .rollouts import adjacent_groups, pad_extras_like, turn_for_step
+from .rollouts import hinted_rollout, pad_extras_like, turn_for_step
 
 CREDITS = ("event", "difference", "running")
 BASELINES = ("auto", "group_mean", "paired")
@@ -197,9 +197,7 @@ class CCPOConfig(LossConfig):
             ("eta", self.eta >= 0, "must be >= 0"),
             ("min_samples", self.min_samples >= 0, "must be >= 0"),
         ]
-        for name, ok, rule in checks:
-            if not ok:
-                raise ValueError(f"{name}: {rule} (got {getattr(self, name)!r})")
+        check_fields(self, checks)
 
 
 ROLE = method_extra("ccpo", "ccpo_role", "[B] long", "the row's role: 0 thinker, 1 solver")
@@ -224,19 +222,11 @@ class CCPO(CreditMethod):
 
     def rollout(self, services: Services) -> RolloutBatch:
         cfg: CCPOConfig = self.config  # type: ignore[assignment]
-        solo = services.sample_batch()  # the counterfactual: the solver on the plain prompt
-        first, size = adjacent_groups(solo)
-        problems = solo.extra(PROBLEM_INDEX)[first].repeat_interleave(size)
-        thinker = services.generate(
-            services.variant(solo.select(first), "thinker"),
-            n=size,
-            max_new_tokens=cfg.thinker_max_new_tokens or None,
+        # solo: the counterfactual, the solver on the plain prompt; joint: the solver shown
+        # the thinker's k-th hint, paired with the k-th solo answer
+        solo, thinker, joint = hinted_rollout(
+            services, "thinker", "solver", hint_max_new_tokens=cfg.thinker_max_new_tokens or None
         )
-        thinker.extras = {**(thinker.extras or {}), PROBLEM_INDEX: problems}
-        hints = services.decode(thinker)
-        prompts = services.variant(thinker, "solver", hints=hints)
-        joint = services.generate(prompts, n=1, problem_index=problems)
-        joint.group_ids = thinker.group_ids.clone()  # one group per prompt, k-th hint <-> k-th solo
 
         mode = cfg.solo_baseline
         if mode == "auto":

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
+from .base import SINGLETON_RULES, CreditMethod, LossConfig, check_fields
 from .contract import Services
 from .core import RolloutBatch, broadcast_to_tokens, group_normalized_scores
 from .registry import register_method
@@ -78,8 +78,9 @@ class DrGRPOConfig(LossConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.singleton not in ("zero", "raw"):
-            raise ValueError(f"singleton: must be zero or raw (got {self.singleton!r})")
+        check_fields(
+            self, [("singleton", self.singleton in SINGLETON_RULES, "must be zero or raw")]
+        )
 
 
 @register_method("drgrpo")

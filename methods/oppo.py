@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod
+from .base import CreditMethod, check_fields
 from .contract import Services
 from .core import (
     RolloutBatch,
@@ -175,9 +175,7 @@ class OPPOConfig(GRPOConfig):
             ("anchoring", self.anchoring in ANCHORINGS, f"must be one of {', '.join(ANCHORINGS)}"),
             ("grpo_mix", 0.0 <= self.grpo_mix <= 1.0, "must be in [0, 1]"),
         ]
-        for name, ok, rule in checks:
-            if not ok:
-                raise ValueError(f"{name}: {rule} (got {getattr(self, name)!r})")
+        check_fields(self, checks)
 
 
 @register_method("oppo")

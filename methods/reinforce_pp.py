@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
+from .base import SINGLETON_RULES, CreditMethod, LossConfig, check_fields
 from .contract import Services
 from .core import (
     RolloutBatch,
@@ -152,8 +152,9 @@ class ReinforcePPBaselineConfig(LossConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.singleton not in ("zero", "raw"):
-            raise ValueError(f"singleton: must be zero or raw (got {self.singleton!r})")
+        check_fields(
+            self, [("singleton", self.singleton in SINGLETON_RULES, "must be zero or raw")]
+        )
 
 
 @register_method("reinforce_pp")

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
+from .base import CreditMethod, LossConfig, check_fields
 from .contract import Services
 from .core import (
     Normalizers,
@@ -146,9 +146,7 @@ class ResetConfig(LossConfig):
             ("localize_max_new_tokens", self.localize_max_new_tokens >= 0, "must be >= 0"),
             ("std_floor", self.std_floor > 0, "must be > 0"),
         ]
-        for name, ok, rule in checks:
-            if not ok:
-                raise ValueError(f"{name}: {rule} (got {getattr(self, name)!r})")
+        check_fields(self, checks)
 
 
 class ResetMethod(CreditMethod):

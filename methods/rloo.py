@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
+from .base import SINGLETON_RULES, CreditMethod, LossConfig, check_fields
 from .contract import Services
 from .core import RolloutBatch, broadcast_to_tokens, group_mean_std
 from .registry import register_method
@@ -76,8 +76,9 @@ class RLOOConfig(LossConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.singleton not in ("zero", "raw"):
-            raise ValueError(f"singleton: must be zero or raw (got {self.singleton!r})")
+        check_fields(
+            self, [("singleton", self.singleton in SINGLETON_RULES, "must be zero or raw")]
+        )
 
 
 @register_method("rloo")

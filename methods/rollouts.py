@@ -9,6 +9,7 @@ composes these, so its own file keeps the paper's logic and none of the plumbing
 - :func:`verified_responses`: given texts or token ids as a graded batch, and which of them
   are correct and new (IBPO's repairs);
 - :func:`adjacent_groups`: the first row and size of each group of a ``sample_batch`` batch;
+- :func:`hinted_rollout`: one policy in two roles, a hint writer and an answerer (CCPO);
 - :func:`pad_extras_like`: give two batches from different calls the same extras, to stack;
 - :func:`turn_for_step`: which of two roles trains at a step (CCPO's alternation).
 
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .contract import PREFIX_MASK, Services
+from .contract import PREFIX_MASK, PROBLEM_INDEX, Services
 from .core import RolloutBatch
 
 STEP_DELIMITERS = {"blank_line": "\n\n", "thought": "</thought>", "line": "\n"}
@@ -103,6 +104,36 @@ def adjacent_groups(batch: RolloutBatch) -> tuple[Tensor, int]:
     if size * len(first) != batch.size or not even:
         raise ValueError("the rollout must hold adjacent groups of equal size")
     return first, size
+
+
+def hinted_rollout(
+    services: Services,
+    hint_variant: str,
+    answer_variant: str,
+    *,
+    hint_max_new_tokens: int | None = None,
+) -> tuple[RolloutBatch, RolloutBatch, RolloutBatch]:
+    """One policy in two roles, as three batches of the step's prompts:
+
+    - ``solo``: the default rollout, G answers per prompt with no hint (the counterfactual);
+    - ``hints``: G texts per prompt under its ``hint_variant`` prompt, not graded, carrying
+      ``PROBLEM_INDEX``;
+    - ``answers``: one graded answer per hint under the ``answer_variant`` prompt that shows
+      it, in the hints' groups, so the k-th answer pairs with the k-th hint and solo answer.
+    """
+    solo = services.sample_batch()
+    first, size = adjacent_groups(solo)
+    problems = solo.extra(PROBLEM_INDEX)[first].repeat_interleave(size)
+    hints = services.generate(
+        services.variant(solo.select(first), hint_variant),
+        n=size,
+        max_new_tokens=hint_max_new_tokens,
+    )
+    hints.extras = {**(hints.extras or {}), PROBLEM_INDEX: problems}
+    prompts = services.variant(hints, answer_variant, hints=services.decode(hints))
+    answers = services.generate(prompts, n=1, problem_index=problems)
+    answers.group_ids = hints.group_ids.clone()
+    return solo, hints, answers
 
 
 def pad_extras_like(batch: RolloutBatch, like: RolloutBatch) -> None:

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, Services
+from .base import CreditMethod, Services, check_fields
 from .core import RolloutBatch, broadcast_to_tokens, group_mean_std
 from .grpo import GRPOConfig, grpo_scores
 from .registry import register_method
@@ -187,9 +187,7 @@ class SCAPOConfig(GRPOConfig):
                 "must be apply or skip",
             ),
         ]
-        for field_name, ok, rule in checks:
-            if not ok:
-                raise ValueError(f"{field_name}: {rule} (got {getattr(self, field_name)!r})")
+        check_fields(self, checks)
 
 
 @register_method("scapo")

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, kl_penalty
+from .base import CreditMethod, LossConfig, check_fields, kl_penalty
 from .contract import Services, method_extra
 from .core import (
     Normalizers,
@@ -144,9 +144,7 @@ class SDPOConfig(LossConfig):
             ("grpo_weight", 0.0 <= self.grpo_weight <= 1.0, "must be in [0, 1]"),
             ("grpo_weight", self.grpo_weight == 0 or self.distill == "token", "needs token"),
         ]
-        for field_name, ok, rule in checks:
-            if not ok:
-                raise ValueError(f"{field_name}: {rule} (got {getattr(self, field_name)!r})")
+        check_fields(self, checks)
 
 
 # The top-K distillation's teacher, stored by advantages() for the loss's own forward pass.

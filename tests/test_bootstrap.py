@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from creditbench.harness.cli.main import main
-from creditbench.harness.models import bootstrap, policy_cache
+from creditbench.harness.models import bootstrap, modeling, policy_cache, sft
 from creditbench.harness.models.bootstrap import (
     BootstrapConfig,
     as_bootstrap_config,
@@ -92,7 +92,7 @@ def test_short_bootstrap_is_deterministic(tmp_path):
     # training moved the weights away from the initialisation of the same seed
     model, tokenizer = load_policy(a)
     assert tokenizer.decode(tokenizer("12+3=\n")["input_ids"]) == "12+3=\n"
-    fresh = bootstrap.build_model("nano", tokenizer, seed=0)
+    fresh = modeling.build_model("nano", tokenizer, seed=0)
     assert not torch.equal(fresh.model.embed_tokens.weight, model.model.embed_tokens.weight)
 
 
@@ -247,28 +247,29 @@ def test_cli_bootstrap_bad_input_exits_2(tmp_path, capsys):
 
 
 def test_chain_task_sft_examples_fit_the_character_tokenizer():
-    from creditbench.harness.models.bootstrap import make_task, sft_pairs, task_alphabet
+    from creditbench.harness.models.bootstrap import make_task
     from creditbench.harness.models.modeling import build_char_tokenizer
+    from creditbench.harness.models.sft import sft_pairs, task_alphabet
 
     task = make_task("chain", {"steps": 4})
     tokenizer = build_char_tokenizer(task_alphabet(task))
     # raises on any character outside the alphabet; 300 examples cover every kind of the mix
     pairs = sft_pairs(task, tokenizer, random.Random(0), 300, mix=None)
     assert all(c[-1] == tokenizer.eos_token_id for _, c in pairs)
-    model = bootstrap.build_model("nano", tokenizer, seed=0)
-    loss = bootstrap.sft_backward(model, pairs[:16], tokenizer.pad_token_id, max_tokens=1024)
+    model = modeling.build_model("nano", tokenizer, seed=0)
+    loss = sft.sft_backward(model, pairs[:16], tokenizer.pad_token_id, max_tokens=1024)
     assert loss > 0 and model.lm_head.weight.grad is not None
 
 
 def test_micro_batches_give_the_full_batch_gradient():
     task = SumTask(scale=1000)
-    tokenizer = bootstrap.build_char_tokenizer(task.alphabet)
-    pairs = bootstrap.sft_pairs(task, tokenizer, random.Random(0), 12, mix=None)
+    tokenizer = modeling.build_char_tokenizer(task.alphabet)
+    pairs = sft.sft_pairs(task, tokenizer, random.Random(0), 12, mix=None)
     pairs[3] = (pairs[3][0] * 5, pairs[3][1])  # one long prompt, as localisation examples have
     grads = []
     for max_tokens in (10**6, 40):  # one batch; then about one example per micro-batch
-        model = bootstrap.build_model("nano", tokenizer, seed=0)
-        loss = bootstrap.sft_backward(model, pairs, tokenizer.pad_token_id, max_tokens)
+        model = modeling.build_model("nano", tokenizer, seed=0)
+        loss = sft.sft_backward(model, pairs, tokenizer.pad_token_id, max_tokens)
         grads.append((loss, [p.grad.clone() for p in model.parameters()]))
     (loss_a, grad_a), (loss_b, grad_b) = grads
     assert loss_a == pytest.approx(loss_b, rel=1e-5)

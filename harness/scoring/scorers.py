@@ -83,14 +83,9 @@ class Scorers:
             self.meter.charge_forward_batch(lengths)
             return
         self.get("teacher")
+        # priced at the teacher's own size by its meter, paid from the run's budget
         flops = self._teacher_meter.charge_forward_batch(lengths)
-        if getattr(self.meter, "_suspended", 0):
-            return
-        self.meter.flops += flops
-        self.meter.flops_by_category["scoring"] = (
-            self.meter.flops_by_category.get("scoring", 0) + flops
-        )
-        self.meter.forward_tokens += int(lengths.sum())
+        self.meter.charge_flops(flops, forward_tokens=int(lengths.sum()))
 
     def track_ema(self, rate: float) -> None:
         """Keep an exponential moving average of the policy's weights, scored as ``model="ema"``.

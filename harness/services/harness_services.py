@@ -29,6 +29,7 @@ from creditbench.harness.scoring.scorers import Scorers
 from creditbench.harness.services.batches import GradedBatches
 from creditbench.harness.services.prompts import PromptSchedule
 from creditbench.harness.services.text import TaskText
+from creditbench.harness.tasks.base import is_step_checked
 from creditbench.methods.contract import PREFIX_MASK
 from creditbench.methods.core import RolloutBatch
 
@@ -69,7 +70,7 @@ class HarnessServices:
         self.seed = seed
         self.sampler = sampler
         self.train_problems = list(task.problems("train"))
-        self.step_checked = callable(getattr(task, "first_wrong_step", None))
+        self.step_checked = is_step_checked(task)
         self.step = 0
         self.stats: dict[str, float] = {}  # what methods report this step (see report)
         self.seconds = {"generation": 0.0, "scoring": 0.0}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class Task(Protocol):
         ...
 
 
+@runtime_checkable
 class StepCheckedTask(Task, Protocol):
     """A task that knows, for any response, where its first wrong step is."""
 
@@ -95,3 +96,9 @@ class StepCheckedTask(Task, Protocol):
     def variant(self, problem: Problem, kind: str, **kwargs: Any) -> str:
         """The prompt of ``problem`` in one of :data:`PROMPT_VARIANTS`."""
         ...
+
+
+def is_step_checked(task: object) -> bool:
+    """Whether ``task`` is a :class:`StepCheckedTask`: it can say where each response first goes
+    wrong, so batches carry the step ground truth (the testbed)."""
+    return isinstance(task, StepCheckedTask)

@@ -19,6 +19,7 @@ import torch
 from creditbench.harness.budget import BudgetMeter
 from creditbench.harness.config import ConfigError, RunConfig
 from creditbench.harness.services import HarnessServices
+from creditbench.harness.tasks.base import is_step_checked
 from creditbench.methods.contract import STEP_TRUTH_KEYS
 
 
@@ -31,11 +32,6 @@ def load_task(config: RunConfig) -> Any:
     except (KeyError, TypeError, ValueError) as err:
         message = err.args[0] if err.args else str(err)
         raise ConfigError(f"task: {message}") from None
-
-
-def is_step_checked(task: Any) -> bool:
-    """Whether the task knows each response's first wrong step (the testbed does)."""
-    return callable(getattr(task, "first_wrong_step", None))
 
 
 def check_run(config: RunConfig, method_cls: Any, task: Any) -> None:

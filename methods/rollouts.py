@@ -5,7 +5,9 @@ composes these, so its own file keeps the paper's logic and none of the plumbing
 
 - :func:`continue_prefixes`: continuations from a state inside earlier responses (RRPO/SRPO);
 - :func:`own_tokens_only`: a continuation trains on what it sampled, not on its prefix;
-- :func:`with_step_ids`: a batch's steps, from the task's checker or a delimiter;
+- :func:`with_step_ids`: a batch's steps, from the task's checker or a delimiter, and the step
+  arithmetic on them (:func:`num_steps`, :func:`prefix_lengths` of a reset state,
+  :func:`true_first_wrong` from the ground truth);
 - :func:`verified_responses`: given texts or token ids as a graded batch, and which of them
   are correct and new (IBPO's repairs);
 - :func:`adjacent_groups`: the first row and size of each group of a ``sample_batch`` batch;
@@ -67,6 +69,34 @@ def with_step_ids(batch: RolloutBatch, services: Services, mode: str = "auto") -
     delimiter = STEP_DELIMITERS.get(mode, STEP_DELIMITERS["blank_line"])
     batch.step_ids = services.delimited_step_ids(batch, delimiter)
     return batch
+
+
+def step_ids_of(batch: RolloutBatch) -> Tensor:
+    """``batch.step_ids``, or ValueError when the batch has none (see :func:`with_step_ids`)."""
+    if batch.step_ids is None:
+        raise ValueError("steps: the batch has no step_ids")
+    return batch.step_ids
+
+
+def num_steps(step_ids: Tensor) -> Tensor:
+    """``[B]`` steps of each response from ``step_ids`` ``[B, T]`` (-1 outside steps)."""
+    return step_ids.max(dim=-1).values.clamp(min=-1) + 1
+
+
+def prefix_lengths(step_ids: Tensor, k: Tensor) -> Tensor:
+    """``[B]`` tokens before step ``k`` (1-based, ``[B]``): the reset state keeps steps 1..k-1."""
+    later = step_ids >= (k - 1).unsqueeze(-1)
+    first = torch.where(later.any(-1), later.float().argmax(-1), step_ids.shape[-1])
+    return torch.where(k <= 1, 0, first)
+
+
+def true_first_wrong(step_ids: Tensor, first_wrong_mask: Tensor) -> Tensor:
+    """``[B]`` 0-based first wrong step from the ground truth; ``n`` when it is a missing line
+    past the last step, -1 when none is marked."""
+    marked = first_wrong_mask > 0
+    big = step_ids.shape[-1] + 1
+    first = torch.where(marked & (step_ids >= 0), step_ids, big).min(-1).values
+    return torch.where(marked.any(-1), torch.where(first == big, num_steps(step_ids), first), -1)
 
 
 def response_tokens(batch: RolloutBatch, row: int) -> list[int]:

@@ -25,12 +25,10 @@ from creditbench.methods.resets import (
     RRPO,
     ResetConfig,
     attempt_role,
-    num_steps,
-    prefix_lengths,
     reset_advantages,
-    true_first_wrong,
     uniform_reset_steps,
 )
+from creditbench.methods.rollouts import num_steps, prefix_lengths, true_first_wrong
 from creditbench.methods.srpo import SRPO, parse_reset_step
 
 from fakes import StepServices

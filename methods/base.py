@@ -32,6 +32,7 @@ from .core import (
 
 __all__ = [
     "SINGLETON_RULES",
+    "loss_normalizers",
     "CreditMethod",
     "LossConfig",
     "Services",
@@ -50,18 +51,36 @@ def check_fields(obj: object, checks: Sequence[tuple[str, bool, str]]) -> None:
             raise ValueError(f"{field_name}: {rule} (got {getattr(obj, field_name)!r})")
 
 
+def loss_normalizers(
+    cfg: LossConfig,
+    mask: Tensor,
+    normalizers: Normalizers | None,
+    services: Services | None,
+) -> Normalizers:
+    """The counts a loss aggregates with: the whole optimisation batch's (``normalizers``) or
+    the micro-batch's own, with the constant L of ``seq-mean-token-sum-norm`` set to ``horizon``,
+    else to the run's generation limit."""
+    horizon = cfg.horizon or (services.max_new_tokens if services is not None else 0)
+    if normalizers is None:
+        return Normalizers.of(mask, horizon or None)
+    return replace(normalizers, horizon=horizon) if horizon else normalizers
+
+
 def kl_penalty(
     cfg: LossConfig,
     logprobs: Tensor,
     batch: RolloutBatch,
     normalizers: Normalizers | None = None,
+    mask: Tensor | None = None,
 ) -> tuple[Tensor | None, dict[str, float]]:
-    """The loss's KL-to-reference term ``kl_coef · agg(KL)``, or None when it is off (no weight
-    or no reference log-probs), and its statistic ``kl_ref``."""
+    """The loss's KL-to-reference term ``kl_coef · agg(KL)`` over ``mask`` (default the
+    response mask), or None when it is off (no weight or no reference log-probs), and its
+    statistic ``kl_ref``."""
     if cfg.kl_coef <= 0 or batch.ref_logprobs is None:
         return None, {}
     kl = kl_estimate(logprobs, batch.ref_logprobs, cfg.kl_kind)  # type: ignore[arg-type]
-    kl_loss = aggregate_loss(kl, batch.response_mask, cfg.aggregation, normalizers)
+    mask = batch.response_mask if mask is None else mask
+    kl_loss = aggregate_loss(kl, mask, cfg.aggregation, normalizers)
     return cfg.kl_coef * kl_loss, {"kl_ref": float(kl_loss.detach())}
 
 
@@ -75,7 +94,9 @@ class LossConfig:
         dual_clip: dual-clip constant ``c > 1`` for negative advantages, or None.
         ratio_level: ``token`` (PPO) or ``sequence`` (GSPO).
         aggregation: one of `methods.core.AGG_MODES`.
-        horizon: constant normaliser L of ``seq-mean-token-sum-norm``; 0 means the padded width.
+        horizon: constant normaliser L of ``seq-mean-token-sum-norm``; 0 means the run's
+            generation limit (``services.max_new_tokens``, Dr. GRPO's generation budget), or
+            the padded width on a bare batch without services.
         kl_coef: weight of the KL-to-reference term in the loss (0 turns it off).
         kl_kind: KL estimator, ``k1``, ``k2`` or ``k3``.
         clip: False gives the plain (unclipped) importance-weighted policy gradient.
@@ -148,6 +169,11 @@ class CreditMethod:
         log-probs under the plain prompt ``[R, V]`` and under each variant ``[K, R, V]``."""
         raise NotImplementedError(f"method {self.name!r} has no decoding rule")
 
+    def loss_mask(self, batch: RolloutBatch) -> Tensor:
+        """``[B, T]`` the tokens the loss averages over, which the trainer's normalisers count:
+        the response mask, unless the method trains on fewer (SDPO: the distilled rows)."""
+        return batch.response_mask
+
     def rollout(self, services: Services) -> RolloutBatch:
         """Sample this step's batch. Override for dynamic sampling, resets or several roles."""
         return services.sample_batch()
@@ -174,10 +200,7 @@ class CreditMethod:
         """
         cfg = self.config
         mask = batch.response_mask
-        if normalizers is None:
-            normalizers = Normalizers.of(mask, cfg.horizon or None)
-        elif cfg.horizon:
-            normalizers = replace(normalizers, horizon=cfg.horizon)
+        normalizers = loss_normalizers(cfg, mask, normalizers, services)
         level = cfg.ratio_level
         ratio = importance_ratio(logprobs, batch.old_logprobs, mask, level)  # type: ignore[arg-type]
         if cfg.clip:

@@ -128,6 +128,12 @@ class Services(Protocol):
         """The 0-based training step being run."""
         ...
 
+    @property
+    def max_new_tokens(self) -> int:
+        """The run's generation limit (``rollout.max_new_tokens``): a response that reaches it
+        is truncated. DAPO's L_max and Dr. GRPO's constant L default to it."""
+        ...
+
     # --- randomness -------------------------------------------------------------------------
 
     def generator(self, stream: int) -> torch.Generator:

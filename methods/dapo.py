@@ -26,12 +26,11 @@ with L_cache = 4096, overlong shaping on. Overlong filtering (truncated response
 of the loss; an ablation in Table 1) is offered, off.
 
 Deviations:
-    - ``max_response_length`` = 0 takes L_max from the longest response of the batch (not
-      its padded width, so extra padding changes nothing). It varies from batch to batch and
-      gives the longest response the full -1 (and ties groups together through L_max): the
-      harness should set it to ``max_new_tokens``.
-      ``overlong_cache_length`` = 0 uses L_max / 5, the paper's ratio 4096 / 20480; L_cache
-      is capped at L_max.
+    - ``max_response_length`` = 0 (the default) takes L_max from the run's generation limit,
+      ``services.max_new_tokens`` (``rollout.max_new_tokens``): the paper's L_max is the
+      generation limit too (20480). Never a batch statistic, which would give the longest
+      response of every batch the full -1. ``overlong_cache_length`` = 0 uses L_max / 5, the
+      paper's ratio 4096 / 20480; L_cache is capped at L_max.
     - A truncated response (``batch.truncated``) counts as longer than L_max (penalty -1).
     - Dynamic sampling keeps groups whose task rewards (before length shaping: the paper's
       condition is on correctness) are not all equal, and ``advantages`` gives 0 to any other
@@ -108,7 +107,7 @@ class DAPOConfig(LossConfig):
 
     Attributes:
         overlong_shaping: add the soft overlong punishment to the reward.
-        max_response_length: L_max in tokens; 0 means the batch's longest response.
+        max_response_length: L_max in tokens; 0 means the run's generation limit.
         overlong_cache_length: L_cache in tokens; 0 means L_max / 5 (the paper's ratio).
         overlong_filtering: mask truncated responses out of the loss.
         dynamic_sampling: drop groups whose rewards are all equal and refill the batch.
@@ -169,9 +168,12 @@ class DAPO(CreditMethod):
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         lengths = batch.response_lengths
-        longest = int(lengths.max()) if lengths.numel() else 1
-        max_length = cfg.max_response_length or max(longest, 1)
-        # capped: with L_max taken from the batch, a fixed L_cache may exceed it
+        max_length = cfg.max_response_length
+        if not max_length:
+            if services is None:
+                raise ValueError("max_response_length: 0 takes the generation limit from services")
+            max_length = services.max_new_tokens
+        # capped: with L_max taken from the run, a fixed L_cache may exceed it
         cache_length = min(cfg.overlong_cache_length or round(max_length / 5) or 1, max_length)
         if batch.truncated is not None:
             beyond = torch.full_like(lengths, max_length + 1)

@@ -51,12 +51,12 @@ Deviations (the exact loss is not public; this is the reconstruction of the pape
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, kl_penalty
+from .base import CreditMethod, LossConfig, kl_penalty, loss_normalizers
 from .contract import Services
 from .core import (
     Normalizers,
@@ -181,10 +181,7 @@ class DFPO(CreditMethod):
     ) -> tuple[Tensor, dict[str, float]]:
         cfg = self.config
         mask = batch.response_mask
-        if normalizers is None:
-            normalizers = Normalizers.of(mask, cfg.horizon or None)
-        elif cfg.horizon:
-            normalizers = replace(normalizers, horizon=cfg.horizon)
+        normalizers = loss_normalizers(cfg, mask, normalizers, services)
         stats: dict[str, float] = {}
         if cfg.weight_source == "current" and batch.size:
             scores = masked_mean(advantages, mask, dim=-1)

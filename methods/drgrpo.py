@@ -17,14 +17,18 @@ same, not checked here), so that the loss scale does not depend on the batch:
 
     L(θ) = -1/(G L) Σ_i Σ_t min(...)
 
-Defaults: aggregation ``seq-mean-token-sum-norm`` with L = ``horizon``; no KL term (the §3.2
+Defaults: aggregation ``seq-mean-token-sum-norm`` with L = ``horizon``, by default the run's
+generation limit ``rollout.max_new_tokens`` (the paper's generation budget); no KL term (the §3.2
 objective has none; verl's Dr. GRPO recipe also sets ``use_kl_loss=False``); ε = 0.2, PPO's
 usual value (the paper keeps the clip; its ε was not checked against the paper's text).
 
 Deviations:
-    - ``horizon`` = 0 means "the padded width T of the batch", which changes with the longest
-      response of each batch. The harness should set it to its ``max_new_tokens``, the
-      constant the paper means; 0 only exists so that the method runs on a bare batch.
+    - ``horizon`` = 0 (the default) takes L from the run's generation limit
+      (``services.max_new_tokens``), a constant; on a bare batch without services, the batch's
+      padded width T. verl's ``seq-mean-token-sum-norm`` divides each micro-batch's token sum
+      by its padded width (``loss_mask.shape[-1]``, the max response length when responses are
+      padded to it) and has no 1/N_seq; this file keeps the §3.2 objective's 1/G (here 1/N_seq
+      over the minibatch), so the two differ by that factor, a learning-rate scale.
     - A group of one gets advantage 0 (``singleton="raw"`` gives verl's raw-reward rule).
     - The paper's other hyper-parameters (learning rate, G, the data) belong to its recipe,
       not to the method; they live in the paper card, not here.
@@ -69,8 +73,8 @@ def drgrpo_advantages(
 class DrGRPOConfig(LossConfig):
     """Dr. GRPO hyper-parameters (loss fields inherited from `LossConfig`).
 
-    ``horizon`` is the constant L of the loss; 0 means the batch's padded width. Set it to the
-    run's ``max_new_tokens``.
+    ``horizon`` is the constant L of the loss; 0 (the default) means the run's generation
+    limit, ``rollout.max_new_tokens``.
     """
 
     aggregation: str = "seq-mean-token-sum-norm"

@@ -32,8 +32,12 @@ Deviations:
       (``batch.old_logprobs``, the paper's π_θold) and ``batch.ref_logprobs``; without
       reference log-probs it is left out.
     - The outcome reward sits on the last loss-carrying token. Tokens with mask 0 inside a
-      response (context, not actions) get no reward and advantage 0, and the running return
-      is carried through them undiscounted, as verl does since PR #7300.
+      response (context, not actions: a tool's output, a reset's prefix) get no reward and
+      advantage 0, and the running return is carried through them undiscounted, as verl does
+      since PR #7300 (merged 2026-08, fixing verl issue #7278). verl before it reset the
+      running return at every masked position (``running_return *= response_mask[:, t]``),
+      which drops an outcome reward before a masked span; on right-padded responses, whose
+      masked positions all follow the last action, the two rules give the same returns.
     - Whitening is over the tokens of the batch given to ``advantages`` with the unbiased
       variance and 1e-8 inside the square root (verl's ``masked_whiten``; OpenRLHF uses the
       biased variance).

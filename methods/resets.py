@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, check_fields
+from .base import CreditMethod, LossConfig, check_fields, loss_normalizers
 from .contract import Services
 from .core import (
     Normalizers,
@@ -67,7 +67,11 @@ from .registry import register_method
 from .rollouts import (
     STEP_MODES,
     continue_prefixes,
+    num_steps,
     own_tokens_only,
+    prefix_lengths,
+    step_ids_of,
+    true_first_wrong,
     with_step_ids,
 )
 
@@ -84,31 +88,10 @@ def reset_advantages(
     return broadcast_to_tokens(torch.where(std >= std_floor, scores, 0.0), response_mask)
 
 
-def num_steps(step_ids: Tensor) -> Tensor:
-    """``[B]`` steps of each response from ``step_ids`` ``[B, T]`` (-1 outside steps)."""
-    return step_ids.max(dim=-1).values.clamp(min=-1) + 1
-
-
-def prefix_lengths(step_ids: Tensor, k: Tensor) -> Tensor:
-    """``[B]`` tokens before step ``k`` (1-based, ``[B]``): the reset state keeps steps 1..k-1."""
-    later = step_ids >= (k - 1).unsqueeze(-1)
-    first = torch.where(later.any(-1), later.float().argmax(-1), step_ids.shape[-1])
-    return torch.where(k <= 1, 0, first)
-
-
 def uniform_reset_steps(n: Tensor, generator: torch.Generator) -> Tensor:
     """RRPO's ``k ~ Uniform{1..n}`` for every ``n`` in ``[P]``."""
     draw = (torch.rand(n.shape, generator=generator) * n).long()
     return 1 + torch.minimum(draw, n - 1)
-
-
-def true_first_wrong(step_ids: Tensor, first_wrong_mask: Tensor) -> Tensor:
-    """``[B]`` 0-based first wrong step from the ground truth; ``n`` when it is a missing line
-    past the last step, -1 when none is marked."""
-    marked = first_wrong_mask > 0
-    big = step_ids.shape[-1] + 1
-    first = torch.where(marked & (step_ids >= 0), step_ids, big).min(-1).values
-    return torch.where(marked.any(-1), torch.where(first == big, num_steps(step_ids), first), -1)
 
 
 def attempt_role(correct: bool, has_steps: bool, have_parent: bool, base_full: bool) -> str:
@@ -197,7 +180,7 @@ class ResetMethod(CreditMethod):
             groups.append(2 * torch.tensor(fallback)[more.group_ids])
         if resets:
             parent = concat_batches([parents[p] for p in resets])  # type: ignore[misc]
-            step_ids = _step_ids(parent)
+            step_ids = step_ids_of(parent)
             n = num_steps(step_ids)
             k = self.reset_steps(parent, n, services, stats)
             cut = prefix_lengths(step_ids, k).tolist()
@@ -220,7 +203,7 @@ class ResetMethod(CreditMethod):
         parents: list[RolloutBatch | None],
     ) -> None:
         """Give each attempt its role, in the order drawn (rows of a prompt are in order)."""
-        steps = num_steps(_step_ids(batch)).tolist()
+        steps = num_steps(step_ids_of(batch)).tolist()
         for row, p in enumerate(prompt_of_row):
             role = attempt_role(
                 correct=float(batch.rewards[row]) >= 1.0,
@@ -251,8 +234,7 @@ class ResetMethod(CreditMethod):
             loss, stats = super().loss(logprobs, batch, advantages, normalizers, services)
         else:
             mask = batch.response_mask
-            if normalizers is None:
-                normalizers = Normalizers.of(mask, cfg.horizon or None)
+            normalizers = loss_normalizers(cfg, mask, normalizers, services)
             # log π itself, not a ratio: the paper's loss, also on later minibatches
             loss = aggregate_loss(-advantages * logprobs, mask, cfg.aggregation, normalizers)
             stats = {
@@ -262,12 +244,6 @@ class ResetMethod(CreditMethod):
         return loss, stats
 
 
-def _step_ids(batch: RolloutBatch) -> Tensor:
-    if batch.step_ids is None:
-        raise ValueError("steps: the batch has no step_ids")
-    return batch.step_ids
-
-
 def reset_diagnostics(parent: RolloutBatch, k: Tensor, n: Tensor) -> dict[str, float]:
     """Where the resets land: mean relative position, and against the step ground truth (when
     the batch has it) how often k is the true first wrong step and how often the kept prefix
@@ -275,7 +251,7 @@ def reset_diagnostics(parent: RolloutBatch, k: Tensor, n: Tensor) -> dict[str, f
     out = {"reset_position": float(((k - 1) / n).mean())}
     first_wrong = (parent.extras or {}).get("first_wrong_mask")
     if first_wrong is not None:
-        truth = true_first_wrong(_step_ids(parent), first_wrong)
+        truth = true_first_wrong(step_ids_of(parent), first_wrong)
         known = truth >= 0
         if bool(known.any()):
             out["reset_hits_first_wrong"] = float((k - 1 == truth)[known].float().mean())

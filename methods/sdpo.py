@@ -22,19 +22,21 @@ Defaults: teacher EMA, rate 0.05; success threshold 0.5; the sample's own succes
 own demonstration; is_clip 2; top_k 100, α 0.5 (JSD) for ``topk`` (Table 12).
 
 Deviations:
-    - ``distill="token"`` is the default, the paper's main runs distil top-K distributions: the
-      trainer hands a loss the sampled token's log-prob only, so ``topk`` pays an extra policy
-      forward with gradient per micro-batch (charged) and one for the top-K indices, which
-      come from the rollout policy, not the updated one.
-    - ``reprompt="hint"`` (default) shows the teacher the task's oracle-hint prompt with the
-      successful sibling's answer, which the graded-correct sibling shares with the reference
-      answer; the base policy was trained on that prompt. ``reprompt="solution"`` shows the
-      sibling's full text (the paper's template, the task's ``solution_hint`` variant), which
-      the testbed's base policy never saw.
+    - ``distill="topk"`` (the default, the paper's main runs) pays an extra policy forward with
+      gradient per micro-batch (charged), since the trainer hands a loss the sampled token's
+      log-prob only, and one for the top-K indices, which come from the rollout policy, not
+      the updated one. K = ``top_k`` = 100 reads every entry of a smaller vocabulary (the
+      testbed's), i.e. K = min(100, vocab). ``distill="token"`` keeps the one-sample reading.
+    - ``reprompt="solution"`` (the default, the paper's template: the task's
+      ``solution_hint`` variant) shows the teacher a successful sibling's full attempt.
+      ``reprompt="hint"`` shows the task's oracle-hint prompt instead (the sibling's answer,
+      which the graded-correct sibling shares with the reference answer); with
+      ``distill="token"`` its advantage is OPPO's self-oracle evidence.
     - No environment feedback: the harness's graders return a verdict only (the paper's
       no-rich-feedback setting), so only rollouts with a sibling are distilled.
-    - The token-mean divides by every response token of the batch, masked rollouts included
-      (the trainer's normalisers count the response mask), not by distilled tokens only.
+    - The token-mean divides by the distilled tokens, those of rows that have a teacher (the
+      paper's ``self_distillation_mask``, through ``loss_mask``); with ``grpo_weight`` > 0 every
+      row carries GRPO's advantage, so every response token counts.
     - ``grpo_weight`` λ mixes in GRPO's r − mean(r) (Eq. 3; ``token`` only); ``adv_clip``
       bounds |A_t| (the paper's test-time setting uses 5).
 """
@@ -47,7 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, check_fields, kl_penalty
+from .base import CreditMethod, LossConfig, check_fields, kl_penalty, loss_normalizers
 from .contract import Services, method_extra
 from .core import (
     Normalizers,
@@ -119,10 +121,10 @@ class SDPOConfig(LossConfig):
 
     teacher: str = "ema"
     ema_rate: float = 0.05
-    reprompt: str = "hint"
+    reprompt: str = "solution"
     success_threshold: float = 0.5
     reprompt_on_self: bool = False
-    distill: str = "token"
+    distill: str = "topk"
     top_k: int = 100
     tail: bool = True
     alpha: float = 0.5
@@ -171,6 +173,8 @@ class SDPO(CreditMethod):
         )
         rows = (sibling >= 0).nonzero().squeeze(-1)
         adv = torch.zeros_like(batch.response_mask)
+        batch.extras = batch.extras if batch.extras is not None else {}
+        batch.extras[DISTILLED] = (sibling >= 0).to(batch.response_mask.dtype)
         if rows.numel():
             sub = batch.select(rows)
             if cfg.reprompt == "hint":
@@ -212,12 +216,18 @@ class SDPO(CreditMethod):
         extras = batch.extras if batch.extras is not None else {}
         extras[TOPK_INDEX] = torch.zeros(shape, dtype=torch.long)
         extras[TEACHER_TOPK] = torch.zeros(shape)
-        extras[DISTILLED] = torch.zeros(batch.size)
         extras[TOPK_INDEX][rows] = index
         extras[TEACHER_TOPK][rows] = teacher[..., :-1]
-        extras[DISTILLED][rows] = 1.0
         batch.extras = extras
         return teacher[..., -1]
+
+    def loss_mask(self, batch: RolloutBatch) -> Tensor:
+        """The distilled tokens (rows with a teacher), or every response token when GRPO's
+        advantage is mixed in or the batch was not through ``advantages``."""
+        distilled = (batch.extras or {}).get(DISTILLED)
+        if distilled is None or self.config.grpo_weight > 0:
+            return batch.response_mask
+        return batch.response_mask * distilled.unsqueeze(-1)
 
     def loss(
         self,
@@ -227,9 +237,9 @@ class SDPO(CreditMethod):
         normalizers: Normalizers | None = None,
         services: Services | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
-        cfg, mask = self.config, batch.response_mask
+        cfg, mask = self.config, self.loss_mask(batch)
         weight = capped_weight(logprobs, batch.old_logprobs, cfg.is_clip)
-        if cfg.distill == "token":
+        if cfg.distill == "token" or not bool(mask.any()):  # no teacher: nothing to distil
             per_token = -advantages * weight * logprobs
         else:
             if services is None or TOPK_INDEX not in (batch.extras or {}):
@@ -237,14 +247,15 @@ class SDPO(CreditMethod):
             student, _ = services.distribution(batch, indices=batch.extra(TOPK_INDEX), grad=True)
             teacher = batch.extra(TEACHER_TOPK)
             div = divergence(with_tail(student, cfg.tail), with_tail(teacher, cfg.tail), cfg.alpha)
-            per_token = div * weight * batch.extra(DISTILLED).unsqueeze(-1)
+            per_token = div * weight
+        normalizers = loss_normalizers(cfg, mask, normalizers, services)
         loss = aggregate_loss(per_token, mask, cfg.aggregation, normalizers)
         stats = {
             "pg_loss": float(loss.detach()),
             "is_capped_frac": float(masked_mean((weight >= cfg.is_clip).float(), mask)),
             "approx_kl": float(masked_mean((batch.old_logprobs - logprobs).detach(), mask)),
         }
-        kl_term, kl_stats = kl_penalty(cfg, logprobs, batch, normalizers)
+        kl_term, kl_stats = kl_penalty(cfg, logprobs, batch, normalizers, mask)
         if kl_term is not None:
             loss, stats = loss + kl_term, {**stats, **kl_stats}
         return loss, stats

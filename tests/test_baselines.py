@@ -38,6 +38,7 @@ from creditbench.methods.reinforce_pp import (
 )
 from creditbench.methods.rloo import rloo_advantages
 
+from fakes import FakeServices
 from strategies import build_batch
 
 dyadic = st.integers(-8, 8).map(lambda k: k / 4)
@@ -234,6 +235,32 @@ def test_dapo_length_shaping_only_moves_responses_in_the_soft_zone(batch, shift)
     assert (dapo_advantages(flat, mask, group_ids, same, max_length=20, cache_length=4) == 0).all()
 
 
+def test_dapo_takes_l_max_from_the_generation_limit_not_from_the_batch() -> None:
+    """Every response far below L_max - L_cache (160 - 32) gets no penalty: DAPO's advantage is
+    then the plain z-score. Taking L_max from the batch's longest response (5 tokens) would give
+    that response the full -1 and move every advantage of its group."""
+    batch = build_batch([4, 2], [1, 2, 3, 5, 4, 4], [1.0, 0.0, 1.0, 1.0, 0.0, 1.0], seed=1)
+    batch.truncated = torch.zeros(batch.size, dtype=torch.bool)
+    got = DAPO(dynamic_sampling=False).advantages(batch, FakeServices(max_new_tokens=160))
+    want = dapo_plain(batch.rewards, batch.response_mask, batch.group_ids)
+    torch.testing.assert_close(got, want)
+    lengths = batch.response_lengths
+    from_batch = dapo_advantages(
+        batch.rewards, batch.response_mask, batch.group_ids, lengths, max_length=5, cache_length=1
+    )
+    assert not torch.allclose(from_batch, want), "the old batch-statistic default would differ"
+    # a response that does reach the limit is shaped: L_max is the limit, not a constant
+    at_limit = DAPO(dynamic_sampling=False).advantages(batch, FakeServices(max_new_tokens=5))
+    torch.testing.assert_close(at_limit, from_batch)
+
+
+def test_dapo_without_services_needs_an_explicit_l_max() -> None:
+    batch = build_batch([2], [2, 3], [1.0, 0.0])
+    with pytest.raises(ValueError, match="max_response_length"):
+        DAPO().advantages(batch)
+    DAPO(max_response_length=16).advantages(batch)  # an explicit L_max needs no services
+
+
 class ScriptedServices:
     """Hands out the given batches in order."""
 
@@ -241,6 +268,7 @@ class ScriptedServices:
         self.batches = list(batches)
         self.step = 0
         self.calls = 0
+        self.max_new_tokens = 16
 
     def sample_batch(self) -> RolloutBatch:
         batch = self.batches[self.calls]
@@ -256,6 +284,7 @@ def round_batch(round_index: int, group_rewards: list[list[float]], length: int)
         sizes, [length] * len(rewards), rewards, seed=round_index, with_extras=False
     )
     batch.extras = {"round": torch.full((len(rewards),), round_index)}
+    batch.truncated = torch.zeros(len(rewards), dtype=torch.bool)  # none reaches the limit
     return batch
 
 
@@ -278,7 +307,7 @@ def test_dapo_rollout_refills_with_the_first_informative_groups(rounds) -> None:
     assert services.calls == calls, "sampling must stop as soon as the batch is full"
     if not informative:  # nothing to learn from: the last batch, a step with zero advantage
         assert out is batches[-1]
-        assert (method.advantages(out) == 0).all()
+        assert (method.advantages(out, services) == 0).all()
         return
     kept = []
     for label in out.group_ids.unique():  # ascending ids: the order the groups were drawn in
@@ -287,7 +316,7 @@ def test_dapo_rollout_refills_with_the_first_informative_groups(rounds) -> None:
         assert len(origin) == 1, "a group mixes responses of different rounds"
         kept.append((int(origin), out.rewards[rows].tolist()))
     assert kept == informative[:3]
-    assert (method.advantages(out)[out.response_mask > 0] != 0).any()
+    assert (method.advantages(out, services)[out.response_mask > 0] != 0).any()
 
 
 def test_dapo_rollout_keeps_group_ids_of_rounds_apart() -> None:
@@ -446,6 +475,40 @@ def test_reinforce_pp_return_to_go_matches_a_plain_loop(mask, data, gamma) -> No
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64))
 
 
+def returns_with_reset(token_rewards: list[list[float]], mask: list[list[float]], gamma: float):
+    """verl's return before its PR #7300: the running return resets at every masked position."""
+    out = []
+    for rewards_row, mask_row in zip(token_rewards, mask, strict=True):
+        running, row = 0.0, [0.0] * len(rewards_row)
+        for t in range(len(rewards_row) - 1, -1, -1):
+            running = rewards_row[t] + gamma * running
+            row[t] = running * mask_row[t]
+            running *= mask_row[t]
+        out.append(row)
+    return out
+
+
+@given(batch=grouped(), gamma=st.sampled_from([1.0, 0.9, 0.5]))
+def test_reinforce_pp_on_right_padded_responses_equals_the_reset_rule(batch, gamma) -> None:
+    """Carrying the return through masked positions (verl since PR #7300, and here) and
+    resetting it there (verl before) agree when every masked position follows the last action."""
+    rewards, mask, _ = batch
+    token_rewards = outcome_token_rewards(rewards, mask)
+    reset = returns_with_reset(token_rewards.tolist(), mask.tolist(), gamma)
+    want = whiten_by_hand(reset, mask.tolist())
+    got = reinforce_pp_advantages(token_rewards, mask, gamma)
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64))
+
+
+def test_reinforce_pp_carries_the_return_across_a_masked_span() -> None:
+    """A reward after a masked span (a tool's output) reaches the actions before it, which the
+    reset rule would cut off (verl issue #7278)."""
+    mask = [[1.0, 1.0, 0.0, 0.0, 1.0, 1.0]]
+    token_rewards = [[0.0, 0.0, 0.0, 0.0, 0.0, 1.0]]
+    assert returns_by_hand(token_rewards, mask, 1.0) == [[1.0, 1.0, 0.0, 0.0, 1.0, 1.0]]
+    assert returns_with_reset(token_rewards, mask, 1.0) == [[0.0, 0.0, 0.0, 0.0, 1.0, 1.0]]
+
+
 @given(mask=masks_with_holes, data=st.data(), kl_coef=st.sampled_from([0.0, 0.5, 2.0]))
 def test_outcome_reward_sits_on_the_last_response_token(mask, data, kl_coef) -> None:
     rows, width = len(mask), len(mask[0])
@@ -505,6 +568,23 @@ def test_reinforce_pp_is_whitened_over_the_batch(batch, gamma) -> None:
 # --------------------------------------------------------------------------------------------
 # Dr. GRPO's constant normaliser
 # --------------------------------------------------------------------------------------------
+
+
+def test_dr_grpo_default_constant_is_the_generation_limit() -> None:
+    """horizon 0 divides by services.max_new_tokens (Dr. GRPO's generation budget), whatever
+    the batch's padded width; without services, by the padded width."""
+    batch = build_batch([3, 2], [2, 5, 3, 1, 4], [1.0, 0.0, 0.5, 1.0, 0.0], seed=3)
+    method = DrGRPO()
+    adv = method.advantages(batch)
+    logprobs = batch.old_logprobs.clone()
+    loss, _ = method.loss(logprobs, batch, adv, services=FakeServices(max_new_tokens=32))
+    want = -(adv * batch.response_mask).sum() / (batch.size * 32)
+    torch.testing.assert_close(loss, want)
+    bare, _ = method.loss(logprobs, batch, adv)
+    width = batch.response_mask.shape[-1]
+    torch.testing.assert_close(bare, -(adv * batch.response_mask).sum() / (batch.size * width))
+    explicit, _ = DrGRPO(horizon=8.0).loss(logprobs, batch, adv, services=FakeServices())
+    torch.testing.assert_close(explicit, -(adv * batch.response_mask).sum() / (batch.size * 8))
 
 
 @given(extra=st.integers(1, 4), horizon=st.sampled_from([8.0, 16.0]))

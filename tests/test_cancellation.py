@@ -343,10 +343,10 @@ def test_a_loss_that_ignores_the_log_probs_has_zero_coefficients() -> None:
 def test_every_registered_method_gets_the_diagnostic_as_the_trainer_computes_it(name) -> None:
     """The trainer's call, on a batch whose groups share a prefix: defined and in range."""
     batch = with_shared_prefix(FakeServices().sample_batch(), 2)
-    method = get_method(name)()
-    advantages = method.advantages(batch, FakeServices())
+    method, services = get_method(name)(), FakeServices()
+    advantages = method.advantages(batch, services)
     diag = loss_cancellation(
-        lambda lp: method.loss(lp, batch, advantages)[0],
+        lambda lp: method.loss(lp, batch, advantages, services=services)[0],
         batch.old_logprobs,
         advantages,
         *args_of(batch),

@@ -26,6 +26,9 @@ from fakes import FakeServices
 from strategies import build_batch
 
 F64 = torch.float64
+# The one-sample reading that SDPO's defaults were before: the sampled token's advantage under
+# the oracle-hint prompt (OPPO's self-oracle evidence).
+TOKEN_READING = {"distill": "token", "reprompt": "hint"}
 
 
 @st.composite
@@ -79,7 +82,7 @@ def test_rollouts_without_a_successful_sibling_get_no_signal(case) -> None:
     sizes = torch.bincount(ids).tolist()
     order = ids.argsort(stable=True)
     batch = build_batch(sizes, [4] * len(ids), rewards[order].tolist())
-    adv = SDPO().advantages(batch, FakeServices())
+    adv = SDPO(**TOKEN_READING).advantages(batch, FakeServices())
     has = sibling_index(batch.rewards, batch.group_ids) >= 0
     assert (adv[~has] == 0).all()
     # FakeServices' teacher differs from the student on every token: the others all get signal
@@ -93,7 +96,7 @@ def test_rollouts_without_a_successful_sibling_get_no_signal(case) -> None:
 
 def test_no_success_in_the_batch_asks_for_no_teacher_pass() -> None:
     services = FakeServices()
-    adv = SDPO().advantages(batch_with([0.0, 0.0, 0.0]), services)
+    adv = SDPO(**TOKEN_READING).advantages(batch_with([0.0, 0.0, 0.0]), services)
     assert (adv == 0).all() and services.calls == []
 
 
@@ -112,7 +115,7 @@ def test_a_teacher_equal_to_the_student_gives_zero_signal(seed: int) -> None:
         def score(self, b, prompts=None, model="policy"):
             return b.old_logprobs.clone()
 
-    method = SDPO()
+    method = SDPO(**TOKEN_READING)
     adv = method.advantages(batch, Mirror())
     assert (adv == 0).all()
     logprobs = batch.old_logprobs.clone().requires_grad_(True)
@@ -127,7 +130,7 @@ def test_the_update_moves_toward_the_teacher(seed: int) -> None:
     raises its log-prob (descent direction −∂L/∂log π has the sign of A)."""
     batch = batch_with([1.0, 1.0, 0.0], seed=seed)
     services = FakeServices()
-    method = SDPO()
+    method = SDPO(**TOKEN_READING)
     adv = method.advantages(batch, services)
     teacher = FakeServices().score(batch.select(torch.arange(3)), ["x"] * 3, model="ema")
     mask = batch.response_mask
@@ -145,7 +148,7 @@ def test_sampled_token_advantage_is_oppo_self_oracle_evidence() -> None:
     OPPO's δ_t = log π(y_t | x ⊕ y*) − log π(y_t | x) on every rollout that has a teacher."""
     batch = build_batch([4, 3], [5, 2, 6, 4, 3, 3, 1], [1, 0, 1, 0, 0, 1, 0], seed=3)
     services = FakeServices()
-    adv = SDPO(teacher="policy").advantages(batch, services)
+    adv = SDPO(teacher="policy", **TOKEN_READING).advantages(batch, services)
     hinted = services.score(batch, services.variant(batch, "oracle_hint"), model="policy")
     delta = evidence(hinted, batch.old_logprobs, batch.response_mask)
     has = sibling_index(batch.rewards, batch.group_ids) >= 0
@@ -182,11 +185,11 @@ def test_importance_weight_is_capped_and_detached(drift) -> None:
 
 def test_hybrid_weight_interpolates_grpo_and_sdpo() -> None:
     batch = build_batch([3, 2], [3, 4, 2, 3, 3], [1, 1, 0, 0, 1], seed=1)
-    sdpo = SDPO().advantages(batch, FakeServices())
-    grpo = SDPO(grpo_weight=1.0).advantages(batch, FakeServices())
+    sdpo = SDPO(**TOKEN_READING).advantages(batch, FakeServices())
+    grpo = SDPO(grpo_weight=1.0, **TOKEN_READING).advantages(batch, FakeServices())
     centred = batch.rewards - torch.tensor([2 / 3] * 3 + [0.5] * 2)
     torch.testing.assert_close(grpo, centred.unsqueeze(-1) * batch.response_mask)
-    half = SDPO(grpo_weight=0.25).advantages(batch, FakeServices())
+    half = SDPO(grpo_weight=0.25, **TOKEN_READING).advantages(batch, FakeServices())
     torch.testing.assert_close(half, 0.25 * grpo + 0.75 * sdpo)
 
 
@@ -227,10 +230,39 @@ def test_alpha_picks_the_divergence(logp, logq) -> None:
     torch.testing.assert_close(divergence(logp, logq, 0.5), divergence(logq, logp, 0.5))
 
 
+def test_the_loss_averages_over_the_distilled_tokens_only() -> None:
+    """SDPO's self_distillation_mask: rows without a teacher carry no loss and do not count in
+    the token-mean, in the loss and in the normalisers the trainer takes from ``loss_mask``."""
+    batch = build_batch([3, 2], [3, 4, 2, 3, 3], [1, 1, 0, 0, 0], seed=2)  # group 2: no success
+    services = FakeServices()
+    for options in (TOKEN_READING, {}):
+        method = SDPO(**options)
+        adv = method.advantages(batch, services)
+        has = (sibling_index(batch.rewards, batch.group_ids) >= 0).float().unsqueeze(-1)
+        torch.testing.assert_close(method.loss_mask(batch), batch.response_mask * has)
+        logprobs = batch.old_logprobs.clone().requires_grad_(True)
+        loss, _ = method.loss(logprobs, batch, adv, services=services)
+        if options is TOKEN_READING:  # on-policy, weight 1: -Σ A log π over distilled tokens
+            distilled = batch.response_mask * has
+            want = -(adv * logprobs * distilled).sum() / distilled.sum()
+            torch.testing.assert_close(loss, want)
+    mixed = SDPO(grpo_weight=0.5, **TOKEN_READING)
+    mixed.advantages(batch, services)
+    torch.testing.assert_close(mixed.loss_mask(batch), batch.response_mask)
+
+
+def test_top_k_with_no_teacher_in_the_batch_trains_on_nothing() -> None:
+    batch = batch_with([0.0, 0.0, 0.0])
+    method, services = SDPO(), FakeServices()
+    adv = method.advantages(batch, services)
+    loss, _ = method.loss(batch.old_logprobs.clone(), batch, adv, services=services)
+    assert float(loss) == 0.0 and services.calls == []
+
+
 def test_top_k_loss_distils_only_rows_with_a_teacher() -> None:
     batch = build_batch([3, 2], [3, 4, 2, 3, 3], [1, 1, 0, 0, 0], seed=2)
     services = FakeServices()
-    method = SDPO(distill="topk", top_k=4)
+    method = SDPO(distill="topk", reprompt="hint", top_k=4)
     adv = method.advantages(batch, services)
     assert services.calls == [
         "variant:oracle_hint",
@@ -258,11 +290,24 @@ def test_top_k_loss_distils_only_rows_with_a_teacher() -> None:
 @pytest.mark.parametrize(
     ("options", "expected"),
     [
-        ({}, ["variant:oracle_hint", "track_ema:0.05", "score:ema"]),
-        ({"ema_rate": 0.01}, ["variant:oracle_hint", "track_ema:0.01", "score:ema"]),
-        ({"teacher": "policy"}, ["variant:oracle_hint", "score:policy"]),
+        (  # SDPO's own defaults: a sibling's full attempt, the top-K distribution
+            {},
+            [
+                "decode",
+                "variant:solution_hint",
+                "track_ema:0.05",
+                "distribution:policy",
+                "distribution:ema",
+            ],
+        ),
+        (TOKEN_READING, ["variant:oracle_hint", "track_ema:0.05", "score:ema"]),
         (
-            {"reprompt": "solution"},
+            {"ema_rate": 0.01, **TOKEN_READING},
+            ["variant:oracle_hint", "track_ema:0.01", "score:ema"],
+        ),
+        ({"teacher": "policy", **TOKEN_READING}, ["variant:oracle_hint", "score:policy"]),
+        (
+            {"reprompt": "solution", "distill": "token"},
             ["decode", "variant:solution_hint", "track_ema:0.05", "score:ema"],
         ),
     ],

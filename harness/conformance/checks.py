@@ -141,25 +141,30 @@ def test_default_loss_is_finite_and_adds_up_over_micro_batches(
     name: str, data: st.DataObject, seed: int
 ) -> None:
     batch = data.draw(batches_for(name))
-    method = get_method(name)()
-    adv = method.advantages(batch, FakeServices())
+    method, services = get_method(name)(), FakeServices()
+    adv = method.advantages(batch, services)
     logprobs = current_logprobs(batch, seed)
-    loss, stats = method.loss(logprobs, batch, adv)
+    loss, stats = method.loss(logprobs, batch, adv, services=services)
     assert loss.shape == ()
     assert torch.isfinite(loss), "loss is not finite"
     assert all(isinstance(v, float) for v in stats.values()), "stats must be plain floats"
-    (grad,) = torch.autograd.grad(loss, logprobs)
+    # A loss may reach the policy through a pass of its own (SDPO's top-K distribution) and
+    # not through the sampled tokens' log-probs at all: then their gradient is zero.
+    (grad,) = torch.autograd.grad(loss, logprobs, allow_unused=True)
+    grad = torch.zeros_like(logprobs) if grad is None else grad
     assert torch.isfinite(grad).all(), "gradient is not finite"
     assert (grad[batch.response_mask == 0] == 0).all(), "loss has gradient on a masked position"
 
-    # The loss of a batch split into micro-batches, each given the whole batch's counts,
-    # adds up to the loss of the whole batch.
+    # The loss of a batch split into micro-batches, each given the whole batch's counts (as the
+    # trainer counts them: over the method's loss mask), adds up to the loss of the whole batch.
     in_first = torch.tensor([data.draw(st.booleans()) for _ in range(batch.size)])
-    normalizers = Normalizers.of(batch.response_mask)
+    normalizers = Normalizers.of(method.loss_mask(batch))
     total = torch.zeros(())
     for part in (in_first, ~in_first):
         if part.any():
-            part_loss, _ = method.loss(logprobs[part], batch.select(part), adv[part], normalizers)
+            part_loss, _ = method.loss(
+                logprobs[part], batch.select(part), adv[part], normalizers, services=services
+            )
             total = total + part_loss.detach()
     assert_same(total, loss.detach())
 

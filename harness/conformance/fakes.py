@@ -41,11 +41,13 @@ class StepServices:
 
 @dataclass
 class FakeServices(StepServices):
-    """Deterministic services. ``calls`` records what was asked, in order."""
+    """Deterministic services. ``calls`` records what was asked, in order. The generation
+    limit is the fake batches' longest response (8 tokens)."""
 
     step: int = 0
     seed: int = 0
     calls: list[str] = field(default_factory=list)
+    max_new_tokens: int = 8
 
     def sample_batch(self) -> RolloutBatch:
         """Three groups (sizes 4, 4, 1) of 0/1-rewarded responses, fixed by ``seed + step``."""

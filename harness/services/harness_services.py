@@ -67,6 +67,7 @@ class HarnessServices:
     ) -> None:
         self.task, self.policy, self.tokenizer, self.meter = task, policy, tokenizer, meter
         self.rollout_config = rollout
+        self.max_new_tokens = rollout.max_new_tokens
         self.seed = seed
         self.sampler = sampler
         self.train_problems = list(task.problems("train"))

@@ -70,6 +70,7 @@ def ppo_update(
     weights: dict[str, float] = {}
     entropy_sum = filler_entropy_sum = filler_tokens = 0.0
     grad_norms, losses = [], []
+    loss_mask = method.loss_mask(batch)  # what the loss averages over (the response mask)
     for epoch in range(train.ppo_epochs):
         if train.minibatches > 1:
             gen = torch.Generator().manual_seed(seed + epoch)
@@ -77,7 +78,7 @@ def ppo_update(
         else:
             order = torch.arange(batch.size)
         for minibatch in order.chunk(train.minibatches):
-            normalizers = Normalizers.of(batch.response_mask[minibatch])
+            normalizers = Normalizers.of(loss_mask[minibatch])
             minibatch_loss = 0.0
             for rows in minibatch.split(micro_batch_size):
                 micro = batch.select(rows)

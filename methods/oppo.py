@@ -1,7 +1,8 @@
 """OPPO: token credit from a Bayesian value recursion on oracle-conditioned evidence.
 
-Paper: Li, Miao, Lan, Qi, "OPPO: Oracle-Prompted Policy Optimization", arXiv 2605.21851
-(2026; the exact title is not recorded, see the paper card). Self-oracle and teacher-oracle.
+Paper: Li, Miao, Lan, Qi, "OPPO: Bayesian Value Recursion for Token-Level Credit Assignment
+in LLM Reasoning", arXiv 2605.21851 (2026). OPPO, Oracle-Prompted Policy Optimization, in its
+self-oracle and teacher-oracle forms.
 
 Key equations (response y_1..y_T to prompt x, reference answer y*, reward R, group mean r̄):
 
@@ -181,7 +182,10 @@ class OPPOConfig(GRPOConfig):
 @register_method("oppo")
 class OPPO(CreditMethod):
     summary = "value recursion on oracle-hint evidence: A_t = V_t - V_{t-1}, anchored by the reward"
-    paper = "OPPO: Oracle-Prompted Policy Optimization (arXiv 2605.21851)"
+    paper = (
+        "OPPO: Bayesian Value Recursion for Token-Level Credit Assignment in LLM Reasoning "
+        "(arXiv 2605.21851)"
+    )
     Config = OPPOConfig
     config: OPPOConfig
 

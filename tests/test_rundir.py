@@ -103,7 +103,22 @@ def test_capture_environment_names_versions():
     assert env["packages"]["torch"] == torch.__version__
     assert env["torch_threads"] == torch.get_num_threads()
     assert set(env) >= {"python", "platform", "git_commit", "git_dirty", "device", "cpu_count"}
+    assert isinstance(env["method_plugins"], dict)
     json.dumps(env)  # JSON-safe
+
+
+def test_capture_environment_records_the_commit_of_this_checkout():
+    """Run from a git checkout of the project (the tests are), the commit is recorded."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    head = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    if head.returncode != 0:
+        pytest.skip("not a git checkout (a source archive): no commit to record")
+    assert capture_environment()["git_commit"] == head.stdout.strip()
 
 
 # --- metrics -----------------------------------------------------------------------------------

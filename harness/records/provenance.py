@@ -46,6 +46,17 @@ def _git_state(package_dir: Path) -> tuple[str | None, bool | None]:
     return commit, dirty
 
 
+def method_plugins() -> dict[str, str]:
+    """``{distribution: version}`` of every installed distribution that declares a
+    ``creditbench.methods`` entry point: the outside methods a run could have used."""
+    out = {}
+    for entry_point in importlib.metadata.entry_points(group="creditbench.methods"):
+        dist = entry_point.dist
+        if dist is not None:
+            out[dist.name] = dist.version
+    return dict(sorted(out.items()))
+
+
 def capture_environment() -> dict[str, Any]:
     """Versions, git commit, device and threads: what a reader needs to rerun a run."""
     packages: dict[str, str | None] = {}
@@ -55,11 +66,12 @@ def capture_environment() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             packages[name] = None
     cuda = torch.cuda.is_available()
-    commit, dirty = _git_state(Path(__file__).parent)
+    commit, dirty = _git_state(Path(__file__).parents[1])  # harness/, a room of the checkout
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "packages": packages,
+        "method_plugins": method_plugins(),
         "git_commit": commit,
         "git_dirty": dirty,
         "device": torch.cuda.get_device_name(0) if cuda else (platform.processor() or "cpu"),

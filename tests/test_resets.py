@@ -510,7 +510,7 @@ def harness_services(nano, wins: int):
 @pytest.mark.parametrize("name", ["rrpo", "srpo"])
 def test_budget_charges_every_generated_token(nano, name):
     # 6 wins per problem: round one (5) all correct, attempt 6 surplus, attempt 7 the parent
-    from creditbench.harness.services import sequence_lengths
+    from creditbench.harness.sampling.rollout import sequence_lengths
 
     services = harness_services(nano, wins=6)
     calls = []

@@ -3,7 +3,6 @@ budget: :class:`HarnessServices` composes the prompt schedule (``prompts``), the
 (``batches``), the task's text helpers (``text``) and the scoring passes
 (:mod:`creditbench.harness.scoring.passes`)."""
 
-from creditbench.harness.sampling.rollout import sequence_lengths
 from creditbench.harness.services.harness_services import HarnessServices
 
-__all__ = ["HarnessServices", "sequence_lengths"]
+__all__ = ["HarnessServices"]

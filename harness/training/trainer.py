@@ -35,8 +35,7 @@ from creditbench.harness.records.rundir import (
     restore_rng_state,
 )
 from creditbench.harness.records.summary import budget_fields, default_run_name, run_summary
-from creditbench.harness.sampling.rollout import derive_seed
-from creditbench.harness.services import sequence_lengths
+from creditbench.harness.sampling.rollout import derive_seed, sequence_lengths
 from creditbench.harness.training.evaluation import evaluate
 from creditbench.harness.training.ppo import NonFiniteError, check_finite, ppo_update
 from creditbench.harness.training.setup import (

@@ -140,3 +140,26 @@ def test_the_rule_would_catch_a_forbidden_import(room, tmp_path, monkeypatch):
 
 def test_the_parts_of_the_harness_import_each_other_without_a_cycle():
     assert cycles(folder_graph()) == []
+
+
+def packages_on_disk() -> set[str]:
+    """Every folder of a room that holds an ``__init__.py``, as the installed package name."""
+    return {
+        ".".join(["creditbench", *module_name(init)])
+        for room in ROOMS
+        for init in (ROOT / room).rglob("__init__.py")
+    }
+
+
+def test_every_folder_with_code_is_listed_as_a_package_so_a_wheel_ships_it():
+    """setuptools installs only the packages pyproject lists: a folder missing there works in an
+    editable checkout and is absent from a wheel (harness/services once was)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    assert packages_on_disk() - listed == set()
+    assert listed - packages_on_disk() == set()

@@ -4,6 +4,8 @@ A suite is a YAML file in ``harness/suites/`` (or any path)::
 
     description: one line
     methods: all             # every registered method that is not a reference, or a list
+                             # of names and named variants:
+                             #   {name: dapo_oppo, method: oppo, options: {base: dapo}}
     references: [oracle]     # reference methods to add ("all": every one), default none
     seeds: [0, 1, 2]
     tasks:
@@ -69,6 +71,10 @@ class Run:
     seed: int
     overrides: list[str]  # key=value, values as JSON
     label: str  # the task setting and grid point, for the summary table
+    entry: str = ""  # the suite's name for the method: its registry name or a variant's name
+
+    def __post_init__(self) -> None:
+        self.entry = self.entry or self.method
 
 
 def suite_path(name: str) -> Path:
@@ -129,11 +135,11 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
         references = [n for n, cls in registry.items() if cls.reference]
     if not isinstance(methods, list) or not isinstance(references, list):
         raise SuiteError(f"{path}: methods and references are 'all' or a list of names")
-    for name in [*methods, *references]:
-        if name not in registry:
-            raise SuiteError(
-                f"{path}: methods: unknown method {name!r}; known: {', '.join(registry)}"
-            )
+    entries = [method_entry(item, registry, path) for item in [*methods, *references]]
+    names = [name for name, _, _ in entries]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SuiteError(f"{path}: methods: {twice[0]!r} is listed twice")
     seeds = suite.get("seeds", [0])
     if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
         raise SuiteError(f"{path}: seeds: a list of integers")
@@ -157,21 +163,50 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
         for options in _sweep(dict(task.get("options") or {})):
             for point in task_grid:
                 label = "-".join(x for x in (task["name"], _slug(options), _slug(point)) if x)
-                for method in [*methods, *references]:
+                for entry, method, method_options in entries:
                     for seed in seeds:
                         settings = {**task_fixed, **point, "task_options": options}
                         overrides = [f"{k}={json.dumps(v)}" for k, v in settings.items()]
+                        overrides += [
+                            f"method_options.{k}={json.dumps(v)}" for k, v in method_options.items()
+                        ]
                         runs.append(
                             Run(
-                                name=f"{label}-{method}-s{seed}",
+                                name=f"{label}-{entry}-s{seed}",
                                 method=method,
                                 task=task["name"],
                                 seed=seed,
                                 overrides=[*overrides, *extra],
                                 label=label,
+                                entry=entry,
                             )
                         )
     return runs
+
+
+def method_entry(item: Any, registry: dict[str, Any], path: Path) -> tuple[str, str, dict]:
+    """(run name, registry name, method options) of a suite's method entry: a registry name,
+    or a named variant ``{name, method, options}``."""
+    if isinstance(item, dict):
+        unknown = set(item) - {"name", "method", "options"}
+        if unknown or "name" not in item or "method" not in item:
+            raise SuiteError(
+                f"{path}: methods: a variant is {{name, method, options}} (got {item!r})"
+            )
+        name, method, options = item["name"], item["method"], item.get("options") or {}
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            raise SuiteError(f"{path}: methods: a variant's name is a-z, 0-9, _ (got {name!r})")
+        if not isinstance(options, dict):
+            raise SuiteError(f"{path}: methods: {name}.options must be a mapping")
+    elif isinstance(item, str):
+        name, method, options = item, item, {}
+    else:
+        raise SuiteError(f"{path}: methods: expected a name or a variant, got {item!r}")
+    if method not in registry:
+        raise SuiteError(
+            f"{path}: methods: unknown method {method!r}; known: {', '.join(registry)}"
+        )
+    return name, method, dict(options)
 
 
 def run_config(run: Run, results: Path):
@@ -387,7 +422,7 @@ def _print_table(runs: list[Run], results_dir: Path) -> None:
     for run in runs:
         summary = RunDir(results_dir / run.name).read_summary()
         if summary is not None:
-            rows.setdefault((run.label, run.method), []).append(summary)
+            rows.setdefault((run.label, run.entry), []).append(summary)
     if not rows:
         return
     print(f"\n{'setting':<24} {'method':<16} {'seeds':>5} {'initial':>8} {'final':>8} {'auc':>8}")

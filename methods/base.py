@@ -10,7 +10,7 @@ names: it calls `CreditMethod.rollout`, `CreditMethod.advantages` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -159,10 +159,22 @@ class CreditMethod:
     decoding_variants: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
-        self.config = config if config is not None else self.Config(**overrides)
+        self.config = config if config is not None else self.config_class(overrides)(**overrides)
         unknown = [key for key in self.requires_extras if key not in STEP_TRUTH_KEYS]
         if unknown:
             raise ValueError(f"requires_extras: not step ground truth: {', '.join(unknown)}")
+
+    @classmethod
+    def config_class(cls, options: Mapping[str, Any] | None = None) -> type[LossConfig]:
+        """The Config dataclass ``options`` are read into: ``Config``, unless an option picks
+        another (OPPO's ``base`` chooses the recipe whose fields and defaults it runs on).
+        Raises ``ValueError("field: rule (got value)")`` for an option that picks none."""
+        return cls.Config
+
+    @classmethod
+    def config_classes(cls) -> tuple[type[LossConfig], ...]:
+        """Every Config dataclass `config_class` can return (the docs list their fields)."""
+        return (cls.Config,)
 
     def decoding_mask(self, logp0: Tensor, logpk: Tensor, eos_id: int, threshold: float) -> Tensor:
         """The tokens the method's decoding rule masks, bool ``[R, V]``, from next-token
@@ -177,6 +189,17 @@ class CreditMethod:
     def rollout(self, services: Services) -> RolloutBatch:
         """Sample this step's batch. Override for dynamic sampling, resets or several roles."""
         return services.sample_batch()
+
+    def outcome_rewards(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
+        """``[B]`` the outcome each response is scored by: the task's reward, after the
+        method's reward shaping (DAPO's overlong punishment). A credit rule hosted on this
+        method (`methods.compose`) starts from it."""
+        return batch.rewards
+
+    def trained_responses(self, batch: RolloutBatch) -> Tensor:
+        """``[B]`` bool: the responses whose advantages may be non-zero (all, unless a filter
+        such as DAPO's dynamic sampling excludes some that were kept in the batch)."""
+        return torch.ones_like(batch.rewards, dtype=torch.bool)
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         """Token advantages ``[B, T]``, zero where ``batch.response_mask`` is 0."""

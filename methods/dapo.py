@@ -166,18 +166,7 @@ class DAPO(CreditMethod):
         return self._filter_overlong(merged.select(torch.isin(merged.group_ids, first)))
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
-        cfg = self.config
-        lengths = batch.response_lengths
-        max_length = cfg.max_response_length
-        if not max_length:
-            if services is None:
-                raise ValueError("max_response_length: 0 takes the generation limit from services")
-            max_length = services.max_new_tokens
-        # capped: with L_max taken from the run, a fixed L_cache may exceed it
-        cache_length = min(cfg.overlong_cache_length or round(max_length / 5) or 1, max_length)
-        if batch.truncated is not None:
-            beyond = torch.full_like(lengths, max_length + 1)
-            lengths = torch.where(batch.truncated, beyond, lengths)
+        lengths, max_length, cache_length = self._length_limits(batch, services)
         advantages = dapo_advantages(
             batch.rewards,
             self._filter_overlong(batch).response_mask,
@@ -185,12 +174,43 @@ class DAPO(CreditMethod):
             lengths,
             max_length=max_length,
             cache_length=cache_length,
-            overlong_shaping=cfg.overlong_shaping,
+            overlong_shaping=self.config.overlong_shaping,
         )
-        if cfg.dynamic_sampling:
-            keep = dynamic_sampling_keep(batch.rewards, batch.group_ids)
-            advantages = advantages * keep.unsqueeze(-1).to(advantages.dtype)
-        return advantages
+        return advantages * self.trained_responses(batch).unsqueeze(-1).to(advantages.dtype)
+
+    def outcome_rewards(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
+        """The task's rewards plus the soft overlong punishment (when shaping is on)."""
+        if not self.config.overlong_shaping:
+            return batch.rewards
+        lengths, max_length, cache_length = self._length_limits(batch, services)
+        return batch.rewards + overlong_penalty(lengths, max_length, cache_length).to(
+            batch.rewards.dtype
+        )
+
+    def trained_responses(self, batch: RolloutBatch) -> Tensor:
+        """With dynamic sampling, the responses of groups whose task rewards differ: a batch
+        that ran out of rounds still holds all-equal groups, and they train on nothing."""
+        if not self.config.dynamic_sampling:
+            return super().trained_responses(batch)
+        return dynamic_sampling_keep(batch.rewards, batch.group_ids)
+
+    def _length_limits(
+        self, batch: RolloutBatch, services: Services | None
+    ) -> tuple[Tensor, int, int]:
+        """(|y| ``[B]`` with truncated responses past L_max, L_max, L_cache)."""
+        cfg = self.config
+        max_length = cfg.max_response_length
+        if not max_length:
+            if services is None:
+                raise ValueError("max_response_length: 0 takes the generation limit from services")
+            max_length = services.max_new_tokens
+        # capped: with L_max taken from the run, a fixed L_cache may exceed it
+        cache_length = min(cfg.overlong_cache_length or round(max_length / 5) or 1, max_length)
+        lengths = batch.response_lengths
+        if batch.truncated is not None:
+            beyond = torch.full_like(lengths, max_length + 1)
+            lengths = torch.where(batch.truncated, beyond, lengths)
+        return lengths, max_length, cache_length
 
     def _filter_overlong(self, batch: RolloutBatch) -> RolloutBatch:
         """With ``overlong_filtering``, zero the loss mask of truncated responses."""

@@ -15,10 +15,14 @@ Key equations (response y_1..y_T to prompt x, reference answer y*, reward R, gro
 π̂ is the current policy without gradient (``oracle="self"``: one extra pass under the task's
 ``oracle_hint`` prompt; the denominator is the behaviour log-prob already in the batch) or a
 frozen stronger model (``oracle="teacher"``: the teacher scores both the plain and the hinted
-prompt). Â replaces GRPO's advantage inside GRPO's PPO-clip loss ("GRPO + OPPO").
+prompt). Â replaces the host recipe's advantage inside the host's sampling and loss: the
+paper's rows are "GRPO + OPPO" and "DAPO + OPPO", OPPO run as verl's advantage estimator in
+verl's GRPO or DAPO trainer. ``base`` names the host (`methods.compose`): ``grpo`` (the
+default; GRPO's clip 0.2 and ``seq-mean-token-mean``) or ``dapo`` (DAPO's fields and defaults:
+clip-higher 0.28, ``token-mean``, dynamic sampling, overlong shaping).
 
 Defaults: ε = 1e-4, γ = 1, no whitening (the ``OppoConfig`` of a verl fork that is probably the
-authors'); c = 3; GRPO's loss settings (clip 0.2, ``seq-mean-token-mean``).
+authors'); c = 3.
 
 Deviations (the paper leaves these open; each is an option):
     - ``terminal="outcome"``: the last response token gets A_T = R − V_{T−1}, the reading in
@@ -33,8 +37,14 @@ Deviations (the paper leaves these open; each is an option):
       (``teacher_denominator="teacher"``); ``"policy"`` uses the behaviour log-probs, one pass
       cheaper.
     - The decayed sum skips loss-free positions (a masked prefix keeps ℓ, it does not decay).
-    - ``grpo_mix`` λ: Â ← λ A_GRPO + (1 − λ) Â (0 = the paper's replacement). ``whiten``
-      whitens Â over the batch (then advantages are no longer group-local).
+    - ``base_mix`` λ: Â ← λ A_base + (1 − λ) Â, A_base the host's own advantage (0 = the
+      paper's replacement). ``whiten`` whitens Â over the batch (then advantages are no longer
+      group-local).
+    - On a host that shapes rewards (DAPO's overlong punishment), R and r̄ are the shaped
+      reward, as verl's DAPO reward manager (``verl/workers/reward_manager/dapo.py``) adds
+      the penalty to the reward every estimator reads; ``overlong_shaping: false`` gives the
+      task reward. Responses the host trains on nothing (DAPO's all-equal groups when the
+      refill rounds ran out) get Â = 0.
     - The contrastive "R = 0 oracle" denominator (a wrong answer in the prompt) is not offered:
       the tasks have no prompt variant carrying a wrong answer.
 """
@@ -46,15 +56,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, check_fields
+from .base import check_fields
+from .compose import HostedCredit
 from .contract import Services
-from .core import (
-    RolloutBatch,
-    broadcast_to_tokens,
-    group_mean_std,
-    masked_whiten,
-)
-from .grpo import GRPOConfig, grpo_scores
+from .core import RolloutBatch, group_mean_std, masked_whiten
+from .dapo import DAPO, DAPOConfig
+from .grpo import GRPO, GRPOConfig
 from .registry import register_method
 
 ORACLES = ("self", "teacher")
@@ -150,9 +157,10 @@ def oppo_advantages(
 
 
 @dataclass
-class OPPOConfig(GRPOConfig):
-    """OPPO settings (GRPO's fields, loss fields from `LossConfig`)."""
+class OPPOOptions:
+    """OPPO's own fields, on whichever host recipe ``base`` names (`methods.compose`)."""
 
+    base: str = "grpo"
     oracle: str = "self"
     teacher_denominator: str = "teacher"
     prior_eps: float = 1e-4
@@ -161,12 +169,12 @@ class OPPOConfig(GRPOConfig):
     terminal: str = "outcome"
     anchoring: str = "sign"
     whiten: bool = False
-    grpo_mix: float = 0.0
+    base_mix: float = 0.0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def check_options(self, base: str) -> None:
         clip, denominator = self.evidence_clip, self.teacher_denominator
         checks = [
+            ("base", self.base == base, f"must be {base} in {type(self).__name__}"),
             ("oracle", self.oracle in ORACLES, f"must be one of {', '.join(ORACLES)}"),
             ("teacher_denominator", denominator in DENOMINATORS, "must be teacher or policy"),
             ("prior_eps", 0.0 < self.prior_eps < 0.5, "must be in (0, 0.5)"),
@@ -174,20 +182,42 @@ class OPPOConfig(GRPOConfig):
             ("evidence_clip", clip is None or clip > 0, "must be > 0 or null"),
             ("terminal", self.terminal in TERMINALS, f"must be one of {', '.join(TERMINALS)}"),
             ("anchoring", self.anchoring in ANCHORINGS, f"must be one of {', '.join(ANCHORINGS)}"),
-            ("grpo_mix", 0.0 <= self.grpo_mix <= 1.0, "must be in [0, 1]"),
+            ("base_mix", 0.0 <= self.base_mix <= 1.0, "must be in [0, 1]"),
         ]
         check_fields(self, checks)
 
 
+@dataclass
+class OPPOConfig(OPPOOptions, GRPOConfig):
+    """GRPO + OPPO (the default): GRPO's fields and loss settings, then OPPO's."""
+
+    def __post_init__(self) -> None:
+        GRPOConfig.__post_init__(self)
+        self.check_options("grpo")
+
+
+@dataclass
+class OPPOOnDAPOConfig(OPPOOptions, DAPOConfig):
+    """DAPO + OPPO: DAPO's fields and defaults (clip-higher, token-mean, dynamic sampling,
+    overlong shaping), then OPPO's."""
+
+    base: str = "dapo"
+
+    def __post_init__(self) -> None:
+        DAPOConfig.__post_init__(self)
+        self.check_options("dapo")
+
+
 @register_method("oppo")
-class OPPO(CreditMethod):
+class OPPO(HostedCredit):
     summary = "value recursion on oracle-hint evidence: A_t = V_t - V_{t-1}, anchored by the reward"
     paper = (
         "OPPO: Bayesian Value Recursion for Token-Level Credit Assignment in LLM Reasoning "
         "(arXiv 2605.21851)"
     )
     Config = OPPOConfig
-    config: OPPOConfig
+    hosts = {"grpo": (GRPO, OPPOConfig), "dapo": (DAPO, OPPOOnDAPOConfig)}
+    config: OPPOConfig | OPPOOnDAPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
@@ -203,7 +233,7 @@ class OPPO(CreditMethod):
         delta = evidence(hinted, plain, mask, cfg.evidence_clip)
         adv = oppo_advantages(
             delta,
-            batch.rewards,
+            self.outcome_rewards(batch, services),
             batch.group_ids,
             mask,
             prior_eps=cfg.prior_eps,
@@ -213,7 +243,10 @@ class OPPO(CreditMethod):
         )
         if cfg.whiten:
             adv = masked_whiten(adv, mask)
-        if cfg.grpo_mix > 0:
-            scores = grpo_scores(batch.rewards, batch.group_ids, cfg)
-            adv = cfg.grpo_mix * broadcast_to_tokens(scores, mask) + (1 - cfg.grpo_mix) * adv
+        if cfg.base_mix > 0:
+            own = self.host.advantages(batch, services)
+            adv = cfg.base_mix * own + (1 - cfg.base_mix) * adv
+        trained = self.trained_responses(batch)
+        if not bool(trained.all()):
+            adv = adv * trained.unsqueeze(-1).to(adv.dtype)
         return adv

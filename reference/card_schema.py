@@ -187,15 +187,31 @@ def _methods(check: _Checker, data: Any) -> tuple[Method, ...]:
     methods: list[Method] = []
     for i, item in enumerate(data):
         where = f"methods[{i}]"
-        check.mapping(item, where, ("name", "registered", "role"), ("label", "note"))
+        optional = ("label", "note", "method", "options")
+        check.mapping(item, where, ("name", "registered", "role"), optional)
         name = check.text(item["name"], f"{where}.name")
         registered = check.boolean(item["registered"], f"{where}.registered")
         if registered and not IDENTIFIER.match(name):
+            what = "a run name" if "method" in item else "its registry name"
             raise check.fail(
-                f"{where}.name", f"a registered method needs its registry name, got {name!r}"
+                f"{where}.name", f"a registered method needs {what} (a-z, 0-9, _), got {name!r}"
             )
         if name in {m.name for m in methods}:
             raise check.fail(f"{where}.name", f"{name!r} is listed twice")
+        method = ""
+        if "method" in item:
+            if not registered:
+                raise check.fail(f"{where}.method", "only a registered row names a method")
+            method = check.text(item["method"], f"{where}.method")
+            if not IDENTIFIER.match(method):
+                raise check.fail(f"{where}.method", f"expected a registry name, got {method!r}")
+        options = item.get("options", {})
+        if "options" in item and not method:
+            raise check.fail(f"{where}.options", "options need the row's method")
+        if not isinstance(options, dict):
+            raise check.fail(f"{where}.options", f"expected a mapping, got {_kind(options)}")
+        for key, value in options.items():
+            check.scalar_or_list(value, f"{where}.options.{key}")
         methods.append(
             Method(
                 name=name,
@@ -203,6 +219,8 @@ def _methods(check: _Checker, data: Any) -> tuple[Method, ...]:
                 role=check.choice(item["role"], f"{where}.role", ROLES),
                 label=check.text(item.get("label", name), f"{where}.label"),
                 note=check.text(item.get("note", ""), f"{where}.note", allow_empty=True),
+                method=method,
+                options=dict(options),
             )
         )
     return tuple(methods)

@@ -16,7 +16,8 @@ marks a value relayed by a secondary summary and not checked against the paper.
 A card file (``cards/<id>.yaml``; `load_cards` reads them all) holds::
 
     id, title, authors, arxiv ("2402.03300", quoted), year, code (URL or null)
-    methods:   - {name, registered, role: proposed | baseline | anchor, label?, note?}
+    methods:   - {name, registered, role: proposed | baseline | anchor, label?, note?,
+                  method?, options?: {method option: value}}
     recipe:    base_model, training_data, group_size, prompts_per_step, learning_rate,
                max_response_length, temperature, steps_or_budget, kl_coef,
                clip: {eps_low, eps_high} | unknown, aggregation, other?: {name: value}
@@ -29,7 +30,9 @@ A card file (``cards/<id>.yaml``; `load_cards` reads them all) holds::
     notes?
 
 A method is ``registered`` only if ``methods/`` registers that name; until then the card
-lists it under the name it will take (or the paper's name) with ``registered: false``. The
+lists it under the name it will take (or the paper's name) with ``registered: false``. A row
+that is a registered method with options ("DAPO + Teacher-OPPO") is ``registered`` too, with
+``method`` (the registry name), ``options`` and a ``name`` of its own for its runs. The
 ``anchor`` role marks a method the paper does not compare with but that runs beside it on
 the testbed (GRPO, the leaderboard's zero point). Row labels are the paper's; a method's
 ``label`` says which row is its own, for `Card.results_for`.
@@ -114,14 +117,24 @@ class Recipe:
 
 @dataclass(frozen=True)
 class Method:
-    """A method the paper proposes or compares. ``name`` is the registry name when
-    ``registered`` is true; ``label`` is how the paper's tables name its row."""
+    """A method the paper proposes or compares; ``label`` is how the paper's tables name its
+    row. With ``registered`` true, ``methods/`` runs it: ``name`` is its registry name, or,
+    when the row is a registered method with options (Teacher-OPPO is ``oppo`` with
+    ``oracle: teacher``), ``method`` is the registry name, ``options`` its method options and
+    ``name`` the row's own run name."""
 
     name: str
     registered: bool
     role: str
     label: str
     note: str = ""
+    method: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def registry_name(self) -> str:
+        """The registered method the row runs (``method``, else ``name``)."""
+        return self.method or self.name
 
 
 @dataclass(frozen=True)
@@ -218,8 +231,12 @@ class Card:
         return [method.name for method in self.methods]
 
     def registered_methods(self) -> list[str]:
-        """The registry names of the methods ``methods/`` implements."""
+        """The names of the rows ``methods/`` runs (a registry name, or a row's run name)."""
         return [method.name for method in self.methods if method.registered]
+
+    def method_row(self, name: str) -> Method:
+        """The row named ``name``."""
+        return next(method for method in self.methods if method.name == name)
 
     def results_for(self, method: str) -> list[Result]:
         """Every number reported for ``method`` (a method name or a row label), table order."""
@@ -270,4 +287,8 @@ def load_cards(directory: str | Path | None = None) -> dict[str, Card]:
 
 def cards_naming(method: str, cards: Mapping[str, Card]) -> list[str]:
     """The ids of the cards that list ``method`` as a registered method."""
-    return [card.id for card in cards.values() if method in card.registered_methods()]
+    return [
+        card.id
+        for card in cards.values()
+        if any(m.registered and m.registry_name == method for m in card.methods)
+    ]

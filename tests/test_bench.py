@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -10,6 +11,7 @@ from creditbench.harness.bench import (
     SuiteError,
     expand_suite,
     load_suite,
+    run_config,
     select_runs,
     suite_path,
 )
@@ -66,6 +68,31 @@ def test_suite_errors_name_the_key(tmp_path):
     with pytest.raises(SuiteError, match="unknown key 'method'"):
         load_suite(bad)
     assert main(["bench", "--suite", "no-such-suite", "--dry-run"]) == 2
+
+
+def test_a_suite_runs_named_variants_of_a_method(tmp_path):
+    suite = tmp_path / "variants.yaml"
+    suite.write_text(
+        "methods: [grpo, {name: dapo_oppo, method: oppo, options: {base: dapo}}]\nseeds: [0]\n"
+    )
+    runs = expand_suite(load_suite(suite), suite)
+    assert [(r.name, r.method, r.entry) for r in runs] == [
+        ("chain-grpo-s0", "grpo", "grpo"),
+        ("chain-dapo_oppo-s0", "oppo", "dapo_oppo"),
+    ]
+    assert 'method_options.base="dapo"' in runs[1].overrides
+    config = run_config(runs[1], tmp_path)
+    assert config.method == "oppo" and config.method_options["eps_high"] == 0.28
+    for text, message in [
+        ("methods: [{name: a, method: nosuch}]", "unknown method 'nosuch'"),
+        ("methods: [{name: A-b, method: grpo}]", "a variant's name is a-z"),
+        ("methods: [{name: a}]", "a variant is {name, method, options}"),
+        ("methods: [grpo, {name: grpo, method: grpo}]", "'grpo' is listed twice"),
+        ("methods: [{name: a, method: grpo, options: [1]}]", "a.options must be a mapping"),
+    ]:
+        suite.write_text(text + "\n")
+        with pytest.raises(SuiteError, match=re.escape(message)):
+            expand_suite(load_suite(suite), suite)
 
 
 def test_only_selects_runs_by_glob_in_the_order_of_the_patterns(capsys):

@@ -65,7 +65,10 @@ def test_registered_flags_match_the_registry(cards):
     for card in cards.values():
         for method in card.methods:
             if method.registered:
-                assert method.name in registry, f"{card.id}: {method.name} is not registered"
+                name = method.registry_name
+                assert name in registry, f"{card.id}: {name} is not registered"
+                if method.method:  # a registered method with options: a run name of its own
+                    assert method.name not in registry, f"{card.id}: {method.name} is registered"
             else:
                 assert method.name not in registry, (
                     f"{card.id}: {method.name} is registered now; set registered: true"
@@ -93,10 +96,11 @@ def test_cpu_scale_settings_are_valid_run_configs(cards):
         suite_path(scale.budget)  # the budget label names a shipped suite
         registered = set(card.registered_methods())
         settings = [f"{key}={json.dumps(value)}" for key, value in scale.settings.items()]
-        for method in scale.methods:
-            if method not in registered:
+        for row in scale.methods:
+            if row not in registered:
                 continue
-            options = scale.method_options.get(method, {})
+            method = card.method_row(row).registry_name
+            options = {**card.method_row(row).options, **scale.method_options.get(row, {})}
             extra = [f"method_options.{k}={json.dumps(v)}" for k, v in options.items()]
             config = load_config(None, [f"method={method}", *settings, *extra])
             assert config.method == method
@@ -247,6 +251,22 @@ MALFORMED = [
     (_set("methods.1.role", "rival"), "methods[1].role: expected one of"),
     (_set("methods.1.name", "grpo"), "methods[1].name: 'grpo' is listed twice"),
     (_set("methods.0.name", "Fancy GRPO"), "methods[0].name: a registered method needs"),
+    (_set("methods.1.method", "oppo"), "methods[1].method: only a registered row names"),
+    (_set("methods.0.options", {"eps_high": 0.3}), "methods[0].options: options need the row's"),
+    (
+        _set(
+            "methods.0",
+            {"name": "Teacher X", "registered": True, "role": "proposed", "method": "oppo"},
+        ),
+        "methods[0].name: a registered method needs a run name",
+    ),
+    (
+        _set(
+            "methods.0",
+            {"name": "x", "registered": True, "role": "proposed", "method": "oppo", "options": [1]},
+        ),
+        "methods[0].options: expected a mapping",
+    ),
     (_set("cpu_scale.methods", ["grpo", "ppo"]), "cpu_scale.methods[1]: 'ppo' is not one"),
     (_set("cpu_scale.settings", {"groupsize": 4}), "cpu_scale.settings.groupsize: expected a"),
     (_set("cpu_scale.method_options", {"ppo": {}}), "cpu_scale.method_options.ppo: 'ppo' is"),
@@ -285,3 +305,23 @@ def test_load_cards_reads_a_directory_and_fails_on_a_bad_card(tmp_path):
     write(tmp_path, bad)
     with pytest.raises(CardError, match=r"^bad\.yaml: results\[0\]\.model: missing"):
         load_cards(tmp_path)
+
+
+def test_a_row_can_be_a_registered_method_with_options(tmp_path):
+    data = copy.deepcopy(minimal_card())
+    data["methods"].append(
+        {
+            "name": "grpo_wide",
+            "registered": True,
+            "role": "proposed",
+            "method": "grpo",
+            "options": {"eps_high": 0.3},
+            "label": "GRPO wide",
+        }
+    )
+    card = load_card(write(tmp_path, data))
+    row = card.method_row("grpo_wide")
+    assert (row.registry_name, dict(row.options)) == ("grpo", {"eps_high": 0.3})
+    assert card.method_row("grpo").registry_name == "grpo"
+    assert "grpo_wide" in card.registered_methods()
+    assert cards_naming("grpo", {"bad": card}) == ["bad"]

@@ -256,9 +256,9 @@ def test_an_uninformative_oracle_leaves_only_the_terminal_credit() -> None:
     assert (adv.gather(-1, last.unsqueeze(-1)) != 0).all()
 
 
-def test_grpo_mix_and_whitening() -> None:
+def test_base_mix_and_whitening() -> None:
     batch = _batch()
-    mixed = OPPO(grpo_mix=1.0).advantages(batch, FakeServices())
+    mixed = OPPO(base_mix=1.0).advantages(batch, FakeServices())
     expected = grpo_advantages(batch.rewards, batch.response_mask, batch.group_ids)
     torch.testing.assert_close(mixed, expected)
     white = OPPO(whiten=True).advantages(batch, FakeServices())
@@ -281,9 +281,95 @@ def test_needs_services_and_registered() -> None:
         ("evidence_clip", -1.0),
         ("terminal", "rescale"),
         ("anchoring", "flip"),
-        ("grpo_mix", 2.0),
+        ("base_mix", 2.0),
     ],
 )
 def test_bad_options_name_the_field(name: str, value: Any) -> None:
     with pytest.raises(ValueError, match=f"^{name}: .*got"):
         OPPOConfig(**{name: value})
+
+
+# --------------------------------------------------------------------------------------------
+# Hosts: "GRPO + OPPO" and "DAPO + OPPO" (methods/compose.py)
+
+
+def test_dapo_host_brings_dapos_fields_and_defaults() -> None:
+    from creditbench.harness.config import build_method_config
+    from creditbench.methods.dapo import DAPO, DAPOConfig
+    from creditbench.methods.oppo import OPPOOnDAPOConfig
+
+    config = build_method_config(OPPO, {"base": "dapo", "oracle": "teacher"})
+    assert isinstance(config, OPPOOnDAPOConfig) and isinstance(config, DAPOConfig)
+    dapo = DAPOConfig()
+    assert (
+        (config.eps_high, config.aggregation)
+        == (dapo.eps_high, dapo.aggregation)
+        == (
+            0.28,
+            "token-mean",
+        )
+    )
+    assert config.dynamic_sampling and config.overlong_shaping and config.oracle == "teacher"
+    assert isinstance(OPPO(config).host, DAPO)
+    grpo_hosted = build_method_config(OPPO, {})
+    assert (grpo_hosted.base, grpo_hosted.eps_high) == ("grpo", 0.2)
+    assert grpo_hosted.aggregation == "seq-mean-token-mean"
+
+
+def test_an_unknown_host_or_a_mismatched_config_names_the_field() -> None:
+    from creditbench.harness.config import ConfigError, build_method_config
+
+    with pytest.raises(ConfigError, match=r"^method_options\.base: must be one of grpo, dapo"):
+        build_method_config(OPPO, {"base": "gspo"})
+    with pytest.raises(ValueError, match="^base: must be grpo"):
+        OPPOConfig(base="dapo")
+
+
+def test_dapo_host_samples_with_dynamic_sampling() -> None:
+    """DAPO's rollout runs: every group of the batch has mixed rewards."""
+    services = FakeServices(seed=3)
+    batch = OPPO(base="dapo").rollout(services)
+    assert services.calls.count("sample_batch") >= 1
+    _, std, _ = group_mean_std(batch.rewards, batch.group_ids, std_kind="population")
+    assert (std > 0).all()
+    grpo_services = FakeServices(seed=3)
+    OPPO().rollout(grpo_services)
+    assert grpo_services.calls == ["sample_batch"]
+
+
+def test_dapo_host_scores_the_shaped_reward_and_trains_on_dapos_responses() -> None:
+    """R is the task reward plus DAPO's overlong punishment; an all-equal group gets 0."""
+    # groups: [1, 0, 0] mixed, [1, 1] all-correct; lengths near the limit of 8 are penalised
+    batch = build_batch([3, 2], [8, 2, 5, 3, 8], [1.0, 0.0, 0.0, 1.0, 1.0], seed=7)
+    services = FakeServices(max_new_tokens=8)
+    hosted = OPPO(base="dapo", anchoring="none")
+    shaped = hosted.outcome_rewards(batch, services)
+    assert shaped[0] < 1.0 and shaped[1] == 0.0 and shaped[4] < 1.0
+    adv = hosted.advantages(batch, services)
+    mask = batch.response_mask
+    hinted = FakeServices().score(batch, FakeServices().variant(batch, "oracle_hint"))
+    delta = evidence(hinted, batch.old_logprobs, mask, 3.0)
+    expected = oppo_advantages(delta, shaped, batch.group_ids, mask, anchoring="none")
+    torch.testing.assert_close(adv[:3], expected[:3])
+    assert (adv[3:] == 0).all() and (expected[3:] != 0).any()
+    no_shaping = OPPO(base="dapo", overlong_shaping=False)
+    torch.testing.assert_close(no_shaping.outcome_rewards(batch, services), batch.rewards)
+
+
+def test_dapo_host_uses_dapos_loss_and_mixes_with_dapos_advantage() -> None:
+    from creditbench.methods.dapo import DAPO
+
+    batch = build_batch([3, 2], [4, 2, 5, 3, 3], [1.0, 0.0, 0.0, 1.0, 0.0], seed=7)
+    services = FakeServices()
+    hosted = OPPO(base="dapo", base_mix=1.0)
+    torch.testing.assert_close(
+        hosted.advantages(batch, services), DAPO().advantages(batch, services)
+    )
+    logprobs = batch.old_logprobs + 0.1 * batch.response_mask
+    adv = torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(0))
+    adv = adv * batch.response_mask
+    ours, _ = hosted.loss(logprobs, batch, adv, services=services)
+    dapos, _ = DAPO().loss(logprobs, batch, adv, services=services)
+    grpo_hosted, _ = OPPO().loss(logprobs, batch, adv, services=services)
+    torch.testing.assert_close(ours, dapos)
+    assert not torch.allclose(ours, grpo_hosted)  # token-mean and clip-higher differ

@@ -101,19 +101,19 @@ def test_paper_plans_are_valid_run_configs(card_id, tmp_path):
     card = load_card_by_id(card_id)
     plan = plans.paper_plan(card, model_dir=str(tmp_path), task="math", steps=3)
     runs = rp.runs_of(plan)
-    assert {r.method for r in runs} == set(plan.methods)
+    assert {r.entry for r in runs} == set(plan.methods)
     for run in runs:
         config = run_config(run, tmp_path)
         assert config.rollout.backend == "vllm" and config.device == "cuda"
         assert config.budget.unit == "steps" and config.budget.amount == 3
-        for key, value in plan.option_values(run.method).items():
+        for key, value in plan.option_values(run.entry).items():
             assert config.method_options[key] == value
         if card.recipe.group_size is not None:
             assert config.rollout.group_size == card.recipe.group_size.value
-        if "max_response_length" in config.method_options:  # DAPO's L_max is the run's length
-            assert config.method_options["max_response_length"] == config.rollout.max_new_tokens
-        if config.method_options.get("aggregation") == "seq-mean-token-sum-norm":
-            assert config.method_options["horizon"] == config.rollout.max_new_tokens
+        # DAPO's L_max and Dr. GRPO's L stay 0: the method takes the run's generation limit
+        # from services.max_new_tokens, so a --set rollout.max_new_tokens moves them too
+        assert config.method_options.get("max_response_length", 0) == 0
+        assert config.method_options.get("horizon", 0) == 0
     notes = "\n".join(plan.unknown)
     for name in ("temperature", "group_size"):
         if getattr(card.recipe, name) is None:
@@ -346,7 +346,7 @@ def test_cpu_reproduction_end_to_end_writes_the_side_by_side_table(nano_policy, 
         assert config["rollout"]["group_size"] == 16 and config["budget"]["amount"] == 1e8
     assert configs["chain-dapo-s0"]["method_options"]["eps_high"] == 0.28
     assert configs["chain-grpo-s0"]["method_options"]["eps_high"] == 0.2
-    assert configs["chain-dapo-s0"]["method_options"]["max_response_length"] == 12
+    assert configs["chain-dapo-s0"]["method_options"]["max_response_length"] == 0  # the run's 12
 
     # a rerun finds every run finished and keeps their budget; another budget is refused
     assert main(argv) == 0
@@ -354,3 +354,34 @@ def test_cpu_reproduction_end_to_end_writes_the_side_by_side_table(nano_policy, 
     assert main([*argv, "--budget", "2e8"]) == 2
     assert "--budget: " in capsys.readouterr().err
     assert json.loads((results / "chain-dapo-s0" / "summary.json").read_text())["steps"] >= 1
+
+
+def test_every_row_of_the_oppo_card_runs(monkeypatch, capsys, tmp_path):
+    """Self- and Teacher-OPPO on GRPO and on DAPO: each a row with its own runs and options."""
+    monkeypatch.setattr(rp, "probe_environment", lambda packages=(): NO_GPU)
+    assert main(["reproduce", "oppo", "--dry-run", "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "not implemented" not in out
+    runs = out.splitlines()[-1].removeprefix("runs: ").split(", ")
+    rows = ["grpo", "dapo", "oppo", "oppo_teacher", "dapo_oppo", "dapo_oppo_teacher"]
+    assert runs == [f"chain-{row}-s0" for row in rows]
+    assert "dapo_oppo_teacher (oppo: DAPO + Teacher-OPPO)" in out
+
+    plan = plans.cpu_plan(load_card_by_id("oppo"), seeds=1)
+    configs = {r.entry: run_config(r, tmp_path) for r in rp.runs_of(plan)}
+    assert {row: c.method for row, c in configs.items()} == {
+        "grpo": "grpo",
+        "dapo": "dapo",
+        **{row: "oppo" for row in rows[2:]},
+    }
+    options = {row: c.method_options for row, c in configs.items()}
+    assert [options[r]["oracle"] for r in rows[2:]] == ["self", "teacher", "self", "teacher"]
+    assert [options[r]["base"] for r in rows[2:]] == ["grpo", "grpo", "dapo", "dapo"]
+    assert options["dapo_oppo"]["eps_high"] == options["dapo"]["eps_high"] == 0.28
+    assert options["dapo_oppo"]["dynamic_sampling"] is True
+    assert options["oppo"]["aggregation"] == options["grpo"]["aggregation"]
+
+
+def test_a_card_row_that_is_not_registered_is_skipped_as_not_implemented():
+    run, skipped = split_methods(load_card_by_id("ccpo"))
+    assert skipped["SEPO"] == "not implemented" and "SEPO" not in run

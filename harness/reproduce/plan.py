@@ -26,9 +26,9 @@ from creditbench.harness.reproduce.recipe import (
     RECIPE_SETTINGS,
     ReproduceError,
     Setting,
-    length_options,
     map_options,
     paper_recipe,
+    row_settings,
     split_methods,
 )
 from creditbench.reference.cards import Card
@@ -38,7 +38,11 @@ __all__ = ["Plan", "cpu_plan", "describe", "finish_cpu_plan", "paper_plan"]
 
 @dataclass
 class Plan:
-    """What a reproduction runs: ``settings`` shared by every run, ``options`` per method."""
+    """What a reproduction runs: ``settings`` shared by every run, ``options`` per method.
+
+    ``methods`` are the card's rows by name: a registry name, or the run name of a row that is
+    a registered method with options (``oppo_teacher``); `registry_name` tells which.
+    """
 
     card: Card
     scale: str
@@ -60,6 +64,10 @@ class Plan:
 
     def option_values(self, method: str) -> dict[str, Any]:
         return {s.key: s.value for s in self.options.get(method, [])}
+
+    def registry_name(self, row: str) -> str:
+        """The registered method the card row ``row`` runs."""
+        return self.card.method_row(row).registry_name
 
 
 def _suite_settings(name: str) -> dict[str, Any]:
@@ -119,7 +127,7 @@ def _resolved(plan: Plan):
     """The run config of the plan's first method (for lengths and evaluation settings)."""
     from creditbench.harness.config import ConfigError, load_config
 
-    overrides = [f"method={plan.methods[0]}", f"task={plan.task}"]
+    overrides = [f"method={plan.registry_name(plan.methods[0])}", f"task={plan.task}"]
     overrides += [f"{s.key}={json.dumps(s.value)}" for s in plan.settings]
     try:
         return load_config(None, overrides, resolve=False)
@@ -128,19 +136,19 @@ def _resolved(plan: Plan):
 
 
 def _set_method_options(plan: Plan, wanted: dict[str, list[Setting]], user: list[Setting]) -> None:
-    """Each method's options: ``wanted``, then the user's ``method_options.*`` settings (where
-    the method has the option), then the length constants of :func:`length_options`."""
-    max_new = _resolved(plan).rollout.max_new_tokens
+    """Each row's options: the card row's own (``methods[i].options``), ``wanted``, then the
+    user's ``method_options.*`` settings (where the method has the option)."""
     from_user = [
         dataclasses.replace(s, key=s.key.removeprefix("method_options."))
         for s in user
         if s.key.startswith("method_options.")
     ]
-    for method in plan.methods:
-        mapped, rejected = map_options(method, [*wanted.get(method, []), *from_user])
-        mapped += length_options(method, {s.key: s.value for s in mapped}, max_new)
-        plan.options[method] = mapped
-        plan.not_mapped += [dataclasses.replace(s, key=f"{method}.{s.key}") for s in rejected]
+    for row in plan.methods:
+        method = plan.registry_name(row)
+        own = row_settings(plan.card, row)
+        mapped, rejected = map_options(method, [*own, *wanted.get(row, []), *from_user])
+        plan.options[row] = mapped
+        plan.not_mapped += [dataclasses.replace(s, key=f"{row}.{s.key}") for s in rejected]
 
 
 def cpu_plan(
@@ -286,6 +294,15 @@ def _unknown_notes(plan: Plan, unknown: list[str]) -> list[str]:
     return notes
 
 
+def _row_text(plan: Plan, row: str) -> str:
+    """A card row as the plan names it: ``oppo_teacher (oppo: GRPO + Teacher-OPPO)``."""
+    method = plan.registry_name(row)
+    label = plan.card.method_row(row).label
+    if method == row:
+        return row if label == row else f"{row} ({label})"
+    return f"{row} ({method}: {label})"
+
+
 def describe(plan: Plan) -> list[str]:
     """The plan as lines of text (printed before the runs, repeated in the report)."""
     card = plan.card
@@ -294,7 +311,7 @@ def describe(plan: Plan) -> list[str]:
     lines = [
         f"card {card.id}: {card.title} (arXiv {card.arxiv})",
         f"scale: {plan.scale}{where}",
-        f"methods: {', '.join(plan.methods)}",
+        "methods: " + ", ".join(_row_text(plan, row) for row in plan.methods),
         f"skipped: {skipped or 'none'}",
         f"seeds: {', '.join(map(str, plan.seeds))}",
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,36 +68,54 @@ def load_card_by_id(card_id: str) -> Card:
 
 
 def split_methods(card: Card) -> tuple[list[str], dict[str, str]]:
-    """(methods to run, {method: why it is skipped}).
+    """(rows to run, {row: why it is skipped}), rows by their card name.
 
-    The methods to run are the card's ``cpu_scale.methods`` (its registered methods when it has
-    no ``cpu_scale``) that the registry implements now; every other method of the card is
-    skipped, as "not implemented" or "not in cpu_scale.methods".
+    The rows to run are the card's ``cpu_scale.methods`` (its registered rows when it has no
+    ``cpu_scale``) whose registered method the registry implements now (a row with ``method``
+    runs that method with the row's ``options``); every other row of the card is skipped, as
+    "not implemented" or "not in cpu_scale.methods".
     """
     from creditbench.methods.registry import list_methods
 
     registry = list_methods()
+
+    def runnable(name: str) -> bool:
+        row = card.method_row(name)
+        return row.registered and row.registry_name in registry
+
     wanted = list(card.cpu_scale.methods) if card.cpu_scale else card.registered_methods()
-    run = [m for m in wanted if m in registry]
-    skipped = {m: "not implemented" for m in wanted if m not in registry}
+    run = [m for m in wanted if runnable(m)]
+    skipped = {m: "not implemented" for m in wanted if not runnable(m)}
     for method in card.methods:
         if method.name not in wanted:
-            why = "not implemented" if method.name not in registry else "not in cpu_scale.methods"
+            why = "not in cpu_scale.methods" if runnable(method.name) else "not implemented"
             skipped.setdefault(method.name, why)
     return run, skipped
 
 
-def method_fields(method: str) -> set[str]:
-    """The option names of a registered method (the fields of its Config)."""
+def row_settings(card: Card, row: str) -> list[Setting]:
+    """The options a card row sets itself (``methods[i].options``: Teacher-OPPO's oracle)."""
+    index = card.method_names().index(row)
+    options = card.method_row(row).options
+    return [Setting(k, v, f"card methods[{index}].options") for k, v in options.items()]
+
+
+def method_fields(method: str, options: Mapping[str, Any] | None = None) -> set[str]:
+    """The option names of a registered method: the fields of the Config that ``options``
+    select (a host recipe's fields come with ``base``); empty when they select none."""
     from creditbench.methods.registry import get_method
 
-    return {f.name for f in dataclasses.fields(get_method(method).Config)}
+    try:
+        config_class = get_method(method).config_class(options or {})
+    except ValueError:
+        return set()
+    return {f.name for f in dataclasses.fields(config_class)}
 
 
 def map_options(
     method: str, wanted: Sequence[Setting], base: Sequence[Setting] = ()
 ) -> tuple[list[Setting], list[Setting]]:
-    """Split ``wanted`` options of ``method`` into (mapped, not mapped).
+    """Split ``wanted`` options of the registered ``method`` into (mapped, not mapped).
 
     An option maps when the method's Config has the field and accepts the value together with
     ``base`` and the options mapped before it; a later value of a key replaces an earlier one.
@@ -107,15 +125,14 @@ def map_options(
     from creditbench.methods.registry import get_method
 
     method_cls = get_method(method)
-    names = method_fields(method)
     mapped: dict[str, Setting] = {s.key: s for s in base}
     rejected = []
     for item in wanted:
-        if item.key not in names:
+        trial = {k: s.value for k, s in mapped.items()} | {item.key: item.value}
+        if item.key not in method_fields(method, trial) | {"base"}:
             reason = f"{item.origin}; {method} has no option {item.key}"
             rejected.append(dataclasses.replace(item, origin=reason))
             continue
-        trial = {k: s.value for k, s in mapped.items()} | {item.key: item.value}
         try:
             build_method_config(method_cls, trial)
         except (ConfigError, ValueError, TypeError) as err:
@@ -124,25 +141,6 @@ def map_options(
         mapped.pop(item.key, None)
         mapped[item.key] = item
     return list(mapped.values()), rejected
-
-
-LENGTH_ORIGIN = "the run's rollout.max_new_tokens (the method asks the harness for it)"
-
-
-def length_options(method: str, options: dict[str, Any], max_new_tokens: int) -> list[Setting]:
-    """The length constants a method's docstring asks the harness to set to ``max_new_tokens``
-    (DAPO's ``max_response_length``; ``horizon`` under ``seq-mean-token-sum-norm``, Dr. GRPO's
-    constant L), unless ``options`` already set them."""
-    from creditbench.methods.registry import get_method
-
-    names = method_fields(method)
-    config = get_method(method).Config(**options)
-    out = []
-    if "max_response_length" in names and not options.get("max_response_length"):
-        out.append(Setting("max_response_length", max_new_tokens, LENGTH_ORIGIN))
-    if getattr(config, "aggregation", None) == "seq-mean-token-sum-norm" and not config.horizon:
-        out.append(Setting("horizon", float(max_new_tokens), LENGTH_ORIGIN))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,7 +175,7 @@ class RecipeMapping:
 
 
 def paper_recipe(card: Card, methods: Sequence[str]) -> RecipeMapping:
-    """Map ``card.recipe`` onto run-config fields for ``methods``.
+    """Map ``card.recipe`` onto run-config fields for ``methods`` (card rows).
 
     Shared settings: group size, prompts per step, learning rate, maximum response length and
     temperature (``RECIPE_SETTINGS``), and the ``recipe.other`` entries of ``OTHER_SETTINGS``.
@@ -235,18 +233,19 @@ def paper_recipe(card: Card, methods: Sequence[str]) -> RecipeMapping:
             option = OTHER_OPTION_ALIASES.get(name, name)
             wanted.append(Setting(option, value.value, _sourced(f"other.{name}", value)))
     proposed = [m.name for m in card.methods if m.role == "proposed" and m.name in methods]
-    fields = {m: method_fields(m) for m in proposed}
+    registry = {m: card.method_row(m).registry_name for m in methods}
+    fields = {m: method_fields(registry[m], card.method_row(m).options) for m in proposed}
     card_options = card.cpu_scale.method_options if card.cpu_scale else {}
     options: dict[str, list[Setting]] = {}
     for method in methods:
-        base = [
+        base = row_settings(card, method) + [
             Setting(k, v, "card cpu_scale.method_options")
             for k, v in card_options.get(method, {}).items()
         ]
-        base, rejected = map_options(method, base)
+        base, rejected = map_options(registry[method], base)
         if method in proposed:
             ours = [s for s in wanted if s.key in fields[method]]
-            base, more = map_options(method, ours, base)
+            base, more = map_options(registry[method], ours, base)
             rejected += more
             rejected += [
                 dataclasses.replace(s, origin=f"{s.origin}; {method} has no option {s.key}")

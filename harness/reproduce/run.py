@@ -59,7 +59,12 @@ def suite_of(plan: Plan) -> dict[str, Any]:
     budget = {k.removeprefix("budget."): v for k, v in values.items() if k.startswith("budget.")}
     return {
         "description": f"creditbench reproduce {plan.card.id} --scale {plan.scale}",
-        "methods": list(plan.methods),
+        "methods": [
+            row
+            if plan.registry_name(row) == row
+            else {"name": row, "method": plan.registry_name(row)}
+            for row in plan.methods
+        ],
         "seeds": list(plan.seeds),
         "tasks": [{"name": plan.task, "options": dict(plan.task_options)}],
         "settings": {k: v for k, v in values.items() if not k.startswith("budget.")},
@@ -68,7 +73,7 @@ def suite_of(plan: Plan) -> dict[str, Any]:
 
 
 def runs_of(plan: Plan):
-    """The bench runs of a plan, each with its method's options."""
+    """The bench runs of a plan, each with its card row's options."""
     from creditbench.harness.bench import SuiteError, expand_suite
 
     try:
@@ -76,7 +81,7 @@ def runs_of(plan: Plan):
     except SuiteError as err:
         raise ReproduceError(str(err)) from None
     for run in runs:
-        options = plan.option_values(run.method)
+        options = plan.option_values(run.entry)
         run.overrides += [f"method_options.{k}={json.dumps(v)}" for k, v in options.items()]
     return runs
 
@@ -208,7 +213,7 @@ def reproduce(
     from creditbench.harness.records.rundir import atomic_write_text
     from creditbench.harness.reproduce.report import render_report
 
-    names = {run.name: run.method for run in runs}
+    names = {run.name: run.entry for run in runs}
     report = render_report(plan, folder, names, reps=reps, plan_lines=lines)
     path = folder / f"reproduce_{card.id}.md"
     folder.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,7 @@ def _check(checks: list[tuple[str, bool, str]], obj: object) -> None:
 
 
 DTYPES = ("auto", "float32", "bfloat16")
-BACKENDS = ("hf", "vllm")
+BACKENDS = ("auto", "lean", "hf", "vllm")
 BUDGET_UNITS = ("flops", "seconds", "tokens", "steps")
 _DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 _RUN_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]*")
@@ -87,14 +87,19 @@ class ModelConfig:
 
 @dataclass
 class RolloutConfig:
-    """How each step samples: ``prompts_per_step`` prompts, ``group_size`` responses each."""
+    """How each step samples: ``prompts_per_step`` prompts, ``group_size`` responses each.
+
+    ``backend``: ``lean`` (the lean KV-cached sampler, :mod:`creditbench.harness.sampling.lean`:
+    the draws of ``generate`` with fewer ops), ``hf`` (transformers ``generate``), ``vllm`` (a
+    GPU engine), or ``auto``: lean where it runs the model, else hf.
+    """
 
     prompts_per_step: int = 8
     group_size: int = 8
     max_new_tokens: int = 160
     temperature: float = 1.0
     top_p: float = 1.0
-    backend: str = "hf"
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
         _check(
@@ -112,7 +117,14 @@ class RolloutConfig:
 
 @dataclass
 class TrainConfig:
-    """The optimiser and the PPO-style update (``micro_batch_size`` 0: the whole mini-batch)."""
+    """The optimiser and the PPO-style update.
+
+    ``micro_batch_size`` 0 picks one: 16 rows on a CPU (measured fastest, see
+    ``docs/harness.md``), the whole minibatch on a GPU. ``skip_onpolicy_scoring``: when the
+    update is exactly on-policy (one epoch, one minibatch) and the method does not read the
+    behaviour log-probs before it, take them from the update's own forward instead of a
+    separate scoring pass (the same numbers; the pass is neither run nor charged).
+    """
 
     lr: float = 2e-4
     weight_decay: float = 0.0
@@ -122,6 +134,7 @@ class TrainConfig:
     minibatches: int = 1
     micro_batch_size: int = 0
     reference_model: bool = False
+    skip_onpolicy_scoring: bool = True
 
     def __post_init__(self) -> None:
         _check(

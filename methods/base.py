@@ -147,6 +147,11 @@ class CreditMethod:
         requires_extras: step ground-truth keys of ``RolloutBatch.extras`` the method reads
             (of `methods.contract.STEP_TRUTH_KEYS`); the harness refuses a task that cannot
             supply them.
+        needs_behaviour_logprobs: `rollout` or `advantages` read ``batch.old_logprobs``. When
+            False and the update is exactly on-policy (one epoch, one minibatch), the harness
+            skips the scoring pass and takes the behaviour log-probs from the update's own
+            first forward, as TRL does; until then ``old_logprobs`` hold NaN. The conformance
+            suite checks a method that says False.
     """
 
     name: ClassVar[str] = ""
@@ -157,6 +162,7 @@ class CreditMethod:
     reference: ClassVar[bool] = False
     requires_extras: ClassVar[tuple[str, ...]] = ()
     decoding_variants: ClassVar[tuple[str, ...]] = ()
+    needs_behaviour_logprobs: ClassVar[bool] = True
 
     def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
         self.config = config if config is not None else self.config_class(overrides)(**overrides)

@@ -141,6 +141,7 @@ class DAPO(CreditMethod):
     summary = "clip-higher, token-mean loss, dynamic sampling and soft overlong punishment"
     paper = "DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv 2503.14476)"
     Config = DAPOConfig
+    needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: DAPOConfig
 
     def rollout(self, services: Services) -> RolloutBatch:

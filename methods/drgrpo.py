@@ -92,6 +92,7 @@ class DrGRPO(CreditMethod):
     summary = "GRPO without std scaling and without 1/|o| length normalisation"
     paper = "Understanding R1-Zero-Like Training: A Critical Perspective (arXiv 2503.20783)"
     Config = DrGRPOConfig
+    needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: DrGRPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

@@ -104,6 +104,7 @@ class GRPO(CreditMethod):
     summary = "one z-scored group advantage for every token of a response"
     paper = "DeepSeekMath: Pushing the Limits of Mathematical Reasoning (arXiv 2402.03300)"
     Config = GRPOConfig
+    needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: GRPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

@@ -74,6 +74,7 @@ class GSPO(CreditMethod):
     summary = "group advantage with a clipped, length-normalised sequence importance ratio"
     paper = "Group Sequence Policy Optimization (arXiv 2507.18071)"
     Config = GSPOConfig
+    needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: GSPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

@@ -114,6 +114,7 @@ class Oracle(CreditMethod):
         "none of its own: GRPO's advantage (DeepSeekMath, arXiv 2402.03300) placed by ground truth"
     )
     Config = OracleConfig
+    needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: OracleConfig
     reference = True
     requires_extras = (FIRST_WRONG_MASK, AFTER_WRONG_MASK, WRONG_STEP_MASK)

@@ -86,6 +86,7 @@ class RLOO(CreditMethod):
     summary = "REINFORCE with the mean reward of the other responses as baseline"
     paper = "Back to Basics: Revisiting REINFORCE Style Optimization for RLHF (arXiv 2402.14740)"
     Config = RLOOConfig
+    needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: RLOOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

@@ -131,7 +131,7 @@ def test_wrong_type_names_the_field(override, pattern):
         ("rollout.group_size=0", r"^rollout\.group_size: must be >= 1"),
         ("rollout.temperature=0", r"^rollout\.temperature: must be > 0"),
         ("rollout.top_p=1.5", r"^rollout\.top_p: must be in \(0, 1\]"),
-        ("rollout.backend=tgi", r"^rollout\.backend: must be one of hf, vllm"),
+        ("rollout.backend=tgi", r"^rollout\.backend: must be one of auto, lean, hf, vllm"),
         ("train.lr=-1", r"^train\.lr: must be > 0"),
         ("train.lr=.nan", r"^train\.lr: must be a finite number"),
         ("budget.unit=joules", r"^budget\.unit: must be one of flops"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from creditbench.harness.conformance.checks import *  # noqa: F403 (every check, by design)
+from creditbench.methods import registry
 from creditbench.methods.registry import UnknownMethodError, get_method, list_methods
 
 
@@ -21,3 +22,24 @@ def test_unknown_method_lists_the_known_ones() -> None:
     assert "no-such-method" in message
     for name in list_methods():
         assert name in message
+
+
+def test_the_behaviour_logprob_check_catches_a_method_that_reads_them() -> None:
+    """A method that says it never reads ``old_logprobs`` but does fails the check."""
+    from creditbench.harness.conformance import checks
+    from creditbench.methods.grpo import GRPO
+
+    class Peeking(GRPO):
+        name = "peeking"
+
+        def advantages(self, batch, services=None):
+            return super().advantages(batch, services) + 0.0 * batch.old_logprobs
+
+    registry._REGISTRY["peeking"] = Peeking
+    try:
+        with pytest.raises(AssertionError):
+            checks.test_a_method_that_skips_the_scoring_pass_never_reads_behaviour_logprobs(
+                "peeking", 0
+            )
+    finally:
+        del registry._REGISTRY["peeking"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from creditbench.harness.cli.main import main
 
 
@@ -21,16 +23,54 @@ def test_perf_prints_phases_methods_relative_to_grpo_and_the_plain_loop(tmp_path
         "rollout.group_size=2",
         "rollout.max_new_tokens=8",
     ]
-    argv = ["perf", "--repeats", "1", "--threads", "1", "--methods", "oracle"]
+    argv = ["perf", "--repeats", "1", "--threads", "1", "--methods", "oracle", "--no-trl"]
     for item in settings:
         argv += ["--set", item]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for phase in ("generation", "scoring", "advantages", "update"):
-        assert re.search(rf"^\s+{phase}\s+[\d.]+ ms", out, re.M), phase
+    for phase in ("generation", "scoring", "advantages", "update", "step"):
+        # fast and reference path side by side, and their ratio
+        assert re.search(rf"^\s+{phase}\s+[\d.]+ms\s+[\d.]+ms\s+([\d.]+x|-)$", out, re.M), phase
+    assert "reference path (today's before it): rollout.backend=hf" in out
+    assert re.search(r"fp32 matmul peak \([\d.]+%\)", out)
+    assert re.search(r"outside CPU load during the run: [\d.]+ cores", out)
     # GRPO is always timed, as the reference of the relative columns, and gives exactly 1x
     assert re.search(r"^\s+grpo\s+[\d.]+s\s+1\.00x\s+1\.00x", out, re.M)
     assert re.search(r"^\s+oracle\s+[\d.]+s\s+[\d.]+x\s+[\d.]+x", out, re.M)
     assert not re.search(r"^\s+dapo\s", out, re.M)  # only the methods asked for
     assert re.search(r"generation\s+harness\s+[\d.]+ ms\s+plain\s+[\d.]+ ms", out)
     assert re.search(r"update\s+harness\s+[\d.]+ ms\s+plain\s+[\d.]+ ms", out)
+
+
+def test_perf_refuses_bad_arguments(capsys):
+    assert main(["perf", "--repeats", "0"]) == 2
+    assert "--repeats: must be >= 1" in capsys.readouterr().err
+    assert main(["perf", "--methods", "nosuch"]) == 2
+    assert "--methods: unknown method 'nosuch'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_perf_times_trl_grpo_trainer_beside_the_harness(tmp_path, capsys):
+    """With the compare extra installed, TRL's step on the same model and batch shape."""
+    pytest.importorskip("trl", reason="the slow step of .ci/run installs creditbench[compare]")
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.tasks import get_task
+
+    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
+    policy = save_policy(build_model("nano", tokenizer, seed=0), tokenizer, tmp_path / "nano")
+    argv = ["perf", "--repeats", "1", "--threads", "1", "--methods"]
+    for item in (
+        "task_options.steps=2",
+        f"model.path={policy}",
+        "rollout.prompts_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=8",
+    ):
+        argv += ["--set", item]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"TRL GRPOTrainer step, .*: [\d.]+ ms; harness fast step / TRL step [\d.]+x", out
+    )
+    assert "every method, one step" not in out  # --methods with no name skips the table

@@ -53,9 +53,19 @@ class NaNAtStep3(TokenCredit):
         return advantages
 
 
+class BlindTokenCredit(TokenCredit):
+    """TokenCredit, declared not to read the behaviour log-probs before the update."""
+
+    needs_behaviour_logprobs = False
+
+
+BLIND_METHOD = "test-blind-token-credit"
+
+
 def register_test_methods() -> None:
     register_method(TOKEN_METHOD)(TokenCredit)
     register_method(NAN_METHOD)(NaNAtStep3)
+    register_method(BLIND_METHOD)(BlindTokenCredit)
 
 
 @pytest.fixture
@@ -64,6 +74,7 @@ def test_methods():
     yield
     _REGISTRY.pop(TOKEN_METHOD, None)
     _REGISTRY.pop(NAN_METHOD, None)
+    _REGISTRY.pop(BLIND_METHOD, None)
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +264,53 @@ def test_first_epoch_is_exactly_on_policy(test_methods, nano_policy, tmp_path):
     run(nano_policy, tmp_path / "b", TOKEN_METHOD, "train.ppo_epochs=3", "train.lr=3e-2")
     later = [r for r in RunDir(tmp_path / "b").read_metrics() if "approx_kl" in r]
     assert any(r["approx_kl"] != 0.0 for r in later)
+
+
+REFERENCE_PATH = ("rollout.backend=hf", "train.skip_onpolicy_scoring=false")
+COUNTERS = ("flops", "forward_tokens")
+
+
+def test_fast_path_computes_what_the_reference_path_computes(test_methods, nano_policy, tmp_path):
+    """The lean sampler and the skipped on-policy scoring pass change no metric of a run: the
+    same tokens, rewards, losses, gradients and evaluations; only the scoring pass's charge
+    to the meter is gone."""
+    run(nano_policy, tmp_path / "fast", BLIND_METHOD)
+    run(nano_policy, tmp_path / "reference", BLIND_METHOD, *REFERENCE_PATH)
+    fast = without_time(RunDir(tmp_path / "fast").read_metrics())
+    reference = without_time(RunDir(tmp_path / "reference").read_metrics())
+    assert len(fast) == len(reference)
+
+    def same(ours, theirs, where=""):
+        if isinstance(ours, dict):
+            assert set(ours) == set(theirs), where
+            for key in ours:
+                if key not in COUNTERS:
+                    same(ours[key], theirs[key], f"{where}.{key}")
+        elif isinstance(ours, float):
+            assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-6), where
+        else:
+            assert ours == theirs, where
+
+    for ours, theirs in zip(fast, reference, strict=True):
+        same(ours, theirs)
+    steps = [r for r in fast if "clip_frac" in r]
+    assert steps and all(r["approx_kl"] == 0.0 and r["clip_frac"] == 0.0 for r in steps)
+    flops = [(a["flops"], b["flops"]) for a, b in zip(fast, reference, strict=True) if "flops" in a]
+    assert all(a < b for a, b in flops[1:])  # the scoring forward is no longer charged
+
+
+def test_scoring_is_kept_where_the_update_is_not_exactly_on_policy(
+    test_methods, nano_policy, tmp_path
+):
+    config = load_config(None, [f"method={BLIND_METHOD}", *overrides(nano_policy)])
+    trainer = Trainer(config, tmp_path / "a")
+    trainer.build()
+    assert trainer._behaviour_from_update(trainer.method)
+    assert not trainer._behaviour_from_update(TokenCredit())  # reads them
+    for extra in ("train.ppo_epochs=2", "train.minibatches=2", "train.skip_onpolicy_scoring=false"):
+        config = load_config(None, [f"method={BLIND_METHOD}", *overrides(nano_policy, extra)])
+        other = Trainer(config, tmp_path / extra)
+        assert not other._behaviour_from_update(other.method), extra
 
 
 @pytest.mark.parametrize(

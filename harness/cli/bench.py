@@ -38,11 +38,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_perf(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError
     from creditbench.harness.training.perf import run_perf
+    from creditbench.methods.registry import list_methods
 
+    if args.repeats < 1:
+        return usage_error("perf", f"--repeats: must be >= 1 (got {args.repeats})")
+    unknown = sorted(set(args.methods or ()) - set(list_methods()))
+    if unknown:
+        known = ", ".join(list_methods())
+        return usage_error("perf", f"--methods: unknown method {unknown[0]!r}; known: {known}")
     set_threads(args.threads)
     quiet_transformers()
     try:
-        return run_perf(args.config, args.overrides, repeats=args.repeats, methods=args.methods)
+        return run_perf(
+            args.config,
+            args.overrides,
+            repeats=args.repeats,
+            methods=args.methods,
+            compare_trl=not args.no_trl,
+        )
     except ConfigError as err:
         return usage_error("perf", str(err))
 
@@ -64,10 +77,15 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     add_set_option(p, "override a config field of every run (repeatable)")
     p.set_defaults(func=_cmd_bench)
 
-    p = sub.add_parser("perf", help="time a training step by phase against a plain loop")
+    p = sub.add_parser(
+        "perf", help="time a step by phase: fast and reference paths, a plain loop, TRL"
+    )
     p.add_argument("--config", help="a YAML run config (default: the defaults)")
     add_set_option(p)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--methods", nargs="*", help="methods to time (default: all)")
+    p.add_argument("--repeats", type=int, default=3, help="steps per median (default 3)")
+    p.add_argument(
+        "--methods", nargs="*", help="methods to time one step of (default: all; none: skip)"
+    )
+    p.add_argument("--no-trl", action="store_true", help="skip the TRL GRPOTrainer step")
     p.add_argument("--threads", type=int)
     p.set_defaults(func=_cmd_perf)

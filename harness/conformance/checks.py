@@ -10,7 +10,9 @@ truth a method lists in ``requires_extras``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import re
 import sys
 
@@ -122,6 +124,29 @@ def test_independent_of_padding_length(
     assert padded.shape == (batch.size, width + extra)
     assert (padded[:, width:] == 0).all()
     assert_same(padded[:, :width], advantages_of(name, batch))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_method_that_skips_the_scoring_pass_never_reads_behaviour_logprobs(
+    name: str, seed: int
+) -> None:
+    """``needs_behaviour_logprobs = False`` lets the harness leave ``old_logprobs`` NaN until
+    the update: the method's rollout and advantages must come out the same without them."""
+    cls = get_method(name)
+    if cls.needs_behaviour_logprobs:
+        pytest.skip(f"{name} reads the behaviour log-probs before the update")
+
+    class BlindServices(FakeServices):
+        def sample_batch(self) -> RolloutBatch:
+            sampled = super().sample_batch()
+            return dataclasses.replace(sampled, old_logprobs=sampled.old_logprobs * math.nan)
+
+    batch = cls().rollout(FakeServices(seed=seed))
+    blind = dataclasses.replace(batch, old_logprobs=torch.full_like(batch.old_logprobs, math.nan))
+    expected = cls().advantages(batch, FakeServices(seed=seed))
+    assert_same(cls().advantages(blind, FakeServices(seed=seed)), expected)
+    rolled = cls().rollout(BlindServices(seed=seed))
+    assert_same(cls().advantages(rolled, BlindServices(seed=seed)), expected)
 
 
 # --------------------------------------------------------------------------------------------

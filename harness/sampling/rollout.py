@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from creditbench.harness.sampling import lean
+
 VLLM_MISSING = (
     "the vllm rollout backend needs the vllm package: pip install 'creditbench[vllm]' "
     "(a CUDA machine is required)"
@@ -179,6 +181,21 @@ def assemble_samples(
 # Sampling with transformers
 # --------------------------------------------------------------------------------------------
 
+ENGINES = ("auto", "lean", "hf")
+
+
+def use_lean(model, engine: str) -> bool:
+    """Whether ``engine`` samples ``model`` with the lean sampler; ``lean`` on a model it does
+    not run is an error naming why."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine: must be one of {', '.join(ENGINES)} (got {engine!r})")
+    if engine == "hf":
+        return False
+    why = lean.supports(model)
+    if why is not None and engine == "lean":
+        raise ValueError(f"engine: the lean sampler cannot run this model ({why}); use hf")
+    return why is None
+
 
 @torch.no_grad()
 def sample_responses(
@@ -193,8 +210,9 @@ def sample_responses(
     seed: int,
     prefixes: Sequence[Sequence[int]] | None = None,
     batch_size: int | None = None,
+    engine: str = "auto",
 ) -> Samples:
-    """Sample ``n`` responses to each prompt with ``model.generate``.
+    """Sample ``n`` responses to each prompt with ``model.generate`` or the lean sampler.
 
     Args:
         prompts: prompt texts.
@@ -204,12 +222,15 @@ def sample_responses(
         prefixes: optional token ids per prompt that every response starts with (a reset
             state inside an earlier response); they belong to the response, not the prompt.
         batch_size: prompts per ``generate`` call (all of them when None).
+        engine: ``lean`` (:mod:`.lean`, the same draws with fewer ops), ``hf``
+            (transformers ``generate``), or ``auto``: lean where it runs the model.
 
     Returns:
         :class:`Samples`; its ``new_tokens`` are what the budget meter charges.
     """
     pad_id = tokenizer.pad_token_id
     eos_id = tokenizer.eos_token_id
+    lean_engine = use_lean(model, engine)
     prompt_tokens = encode(tokenizer, prompts)
     prefix_tokens = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in prompts]
     device = next(model.parameters()).device
@@ -234,12 +255,24 @@ def sample_responses(
         else:
             options.update(do_sample=False, temperature=None, top_p=None)
         with seeded(derive_seed(seed, start)), autocast_for(device):
-            out = model.generate(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
-                position_ids=position_ids.to(device),
-                **options,
-            )
+            if lean_engine:
+                out = lean.generate(
+                    model,
+                    ids.to(device),
+                    mask.to(device),
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                    eos_token_id=eos_id,
+                    pad_token_id=pad_id,
+                )
+            else:
+                out = model.generate(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    position_ids=position_ids.to(device),
+                    **options,
+                )
         generated = out[:, ids.shape[1] :].cpu().tolist()
         for j, tokens in enumerate(generated):
             i = start + j // n

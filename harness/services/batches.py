@@ -46,6 +46,9 @@ class GradedBatches:
         self.task, self.tokenizer, self.train_problems = task, tokenizer, train_problems
         self.scoring = scoring
         self.with_reference, self.step_checked = with_reference, step_checked
+        # Set per step by the trainer: the update's first forward gives the behaviour
+        # log-probs (an exactly on-policy update), so the scoring pass is skipped.
+        self.defer_behaviour = False
 
     def from_samples(
         self, samples: Samples, problem_index: Tensor | None, *, group_offset: int
@@ -76,7 +79,10 @@ class GradedBatches:
             truncated=samples.truncated,
             extras=extras,
         )
-        batch.old_logprobs = self.scoring.score(batch)
+        if self.defer_behaviour:  # NaN until the update fills them: a reader would show
+            batch.old_logprobs = torch.full_like(samples.response_mask, float("nan"))
+        else:
+            batch.old_logprobs = self.scoring.score(batch)
         if self.with_reference:
             batch.ref_logprobs = self.scoring.score(batch, model="reference")
         if problems is not None and self.step_checked:

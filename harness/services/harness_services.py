@@ -98,10 +98,12 @@ class HarnessServices:
 
     # --- the step -----------------------------------------------------------------------------
 
-    def begin_step(self, step: int) -> None:
-        """Called by the trainer before a step's rollout: the step number, a fresh stats dict."""
+    def begin_step(self, step: int, defer_behaviour: bool = False) -> None:
+        """Called by the trainer before a step's rollout: the step number, a fresh stats dict,
+        and whether this step's batches leave the behaviour log-probs to the update."""
         self.step = step
         self.stats = {}
+        self.batches.defer_behaviour = defer_behaviour
 
     def generator(self, stream: int) -> torch.Generator:
         """A CPU generator seeded ``seed * stream + step`` (see ``Services.generator``)."""
@@ -145,7 +147,9 @@ class HarnessServices:
         if self.sampler is not None:
             samples = self.sampler.sample(prompts, **options)
         else:
-            samples = sample_responses(self.policy, self.tokenizer, prompts, **options)
+            samples = sample_responses(
+                self.policy, self.tokenizer, prompts, engine=cfg.backend, **options
+            )
         contexts = samples.prompt_mask.sum(-1).long() + samples.response_mask.sum(-1).long()
         self.meter.charge_generation(contexts - samples.new_tokens, samples.new_tokens)
         self.seconds["generation"] += time.perf_counter() - started

@@ -6,6 +6,7 @@ evaluation of a run draws with the same random numbers and the curve moves only 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ def evaluate(
     seed: int,
     drift_threshold: float | None = None,
     decoding_rule: Any = None,
+    engine: str = "auto",
 ) -> dict[str, Any]:
     """Accuracy of ``model`` on the first ``n_problems`` problems of the eval split.
 
@@ -38,6 +40,7 @@ def evaluate(
         responses per problem at ``temperature``, when ``k_samples > 0``), ``pass_at_k``,
         ``mean_length`` (tokens per sampled response) and ``n_problems``.
 
+    ``engine`` picks the sampler (:func:`~creditbench.harness.sampling.rollout.sample_responses`).
     ``decoding_rule`` (a method with ``decoding_variants``, e.g. SCAPO; None: plain decoding)
     decodes with that method's drift filter at the masked-mass ``drift_threshold``
     (:mod:`creditbench.harness.sampling.drift_decoding`) and adds its ``drift_*`` statistics.
@@ -45,7 +48,7 @@ def evaluate(
     problems = list(task.problems("eval"))[:n_problems]
     prompts = [p.prompt for p in problems]
     result: dict[str, Any] = {"n_problems": len(problems)}
-    sample: Any = sample_responses
+    sample: Any = functools.partial(sample_responses, engine=engine)
     if decoding_rule is not None:
         from creditbench.harness.sampling.drift_decoding import DriftSampler
 

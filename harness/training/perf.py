@@ -1,17 +1,20 @@
 """``creditbench perf``: where the time of a training step goes, on this machine.
 
-For the default model and batch (or any config) it prints:
+For the default model and batch (or any config), in one process, it prints:
 
-- time per step by phase (generation, scoring, advantages, update), median of a few steps;
-- generated and trained tokens per second;
-- the FLOP meter's count per step, and the achieved FLOP/s of the update against a measured
-  fp32 matmul peak;
-- one step of every registered method at the same batch: its wall time and FLOPs relative to
-  GRPO's, and its own advantage math as a share of its step (extra scoring or generation
-  passes it asks for count in the step, not in the share);
+- time per step by phase (generation, scoring, advantages, update), median of interleaved
+  steps, for the fast path (the defaults) and the reference path (``REFERENCE_PATH``: the
+  defaults before the fast ones), with their ratio;
+- generated and trained tokens per second, the FLOP meter's count per step, and the
+  update's achieved FLOP/s against a measured fp32 matmul peak;
 - a plain transformers loop doing the same work side by side (``generate`` with the same
-  sampling settings and seed, then forward, backward and AdamW over the same batch), with the
-  ratio (above 1: the harness is faster).
+  sampling settings and seed, then forward, backward and AdamW over the same batch);
+- TRL's ``GRPOTrainer`` step on the same model and batch shape, when ``trl`` is installed
+  (:mod:`.perf_compare`);
+- one step of every registered method at the same batch: its wall time and FLOPs relative to
+  GRPO's, and its own advantage math as a share of its step;
+- the CPU load other processes put on the machine meanwhile, which says whether the seconds
+  can be trusted (the ratios, measured side by side, mostly can).
 
 Nothing is written to disk; the budget meter counts but never stops the measurement.
 """
@@ -154,57 +157,120 @@ def method_steps(trainer, methods: list[str] | None) -> list[dict[str, float | s
     return rows
 
 
+# Today's path before the fast defaults: transformers generate, the whole batch per forward, a
+# separate scoring pass. Kept reachable so every perf run measures the speed-up side by side.
+REFERENCE_PATH = (
+    "rollout.backend=hf",
+    "train.micro_batch_size=1000000",
+    "train.skip_onpolicy_scoring=false",
+)
+PHASES = ("generation", "scoring", "advantages", "update", "step")
+
+
+def interleaved_steps(trainers: dict[str, Any], repeats: int) -> dict[str, list[dict[str, Any]]]:
+    """``repeats`` steps of each trainer (after one warm-up each), taking turns, the order
+    reversed every round so that neither path always runs first."""
+    for trainer in trainers.values():
+        trainer.train_step()
+    records: dict[str, list[dict[str, Any]]] = {name: [] for name in trainers}
+    names = list(trainers)
+    for repeat in range(repeats):
+        for name in names if repeat % 2 == 0 else names[::-1]:
+            trainer = trainers[name]
+            before = dict(trainer.meter.counters())
+            record = trainer.train_step()
+            after = trainer.meter.counters()
+            record["counted"] = {key: after[key] - before[key] for key in after}
+            records[name].append(record)
+    return records
+
+
 def run_perf(
     config_path: str | None,
     overrides: list[str],
     *,
     repeats: int = 3,
     methods: list[str] | None = None,
+    compare_trl: bool = True,
 ) -> int:
+    from creditbench.harness.training.perf_compare import OutsideLoad, trl_step_seconds
     from creditbench.harness.training.trainer import Trainer
 
-    config = load_config(config_path, [*overrides, "budget.unit=steps", "budget.amount=1000000"])
-    trainer = Trainer(config)
-    trainer.build()
-    cfg = trainer.config
-    meter = trainer.meter
+    budget = ["budget.unit=steps", "budget.amount=1000000"]
+    trainers = {}
+    for name, extra in (("fast", ()), ("reference", REFERENCE_PATH)):
+        config = load_config(config_path, [*overrides, *extra, *budget])
+        trainers[name] = Trainer(config)
+        trainers[name].build()
+    trainer = trainers["fast"]
+    cfg, meter = trainer.config, trainer.meter
     print(
         f"model: {sum(p.numel() for p in trainer.policy.parameters()) / 1e6:.2f}M parameters "
         f"({meter.non_embedding_params / 1e6:.2f}M non-embedding), batch "
         f"{cfg.rollout.prompts_per_step} prompts x {cfg.rollout.group_size}, "
         f"max {cfg.rollout.max_new_tokens} new tokens, {torch.get_num_threads()} threads"
     )
-    trainer.train_step()  # warm-up
-    records: list[dict[str, Any]] = []
-    flops, gen_tokens, train_tokens, train_flops = [], [], [], []
-    for _ in range(repeats):
-        before = dict(meter.counters())
-        records.append(trainer.train_step())
-        after = meter.counters()
-        flops.append(after["flops"] - before["flops"])
-        gen_tokens.append(after["generated_tokens"] - before["generated_tokens"])
-        train_tokens.append(after["trained_tokens"] - before["trained_tokens"])
-        train_flops.append(after["flops_training"] - before["flops_training"])
-    phases = ("generation", "scoring", "advantages", "update", "step")
-    median = {p: statistics.median(r["time"][p] for r in records) for p in phases}
-    print(f"\ntime per step (median of {repeats}):")
-    for phase in phases:
-        share = median[phase] / median["step"]
-        print(f"  {phase:<11} {median[phase] * 1000:9.1f} ms  {share:6.1%}")
-    print(f"generated tokens/s: {statistics.median(gen_tokens) / median['generation']:,.0f}")
-    print(f"trained tokens/s:   {statistics.median(train_tokens) / median['update']:,.0f}")
-    peak = matmul_peak()
-    achieved = statistics.median(train_flops) / median["update"]
-    print(f"meter FLOPs per step: {statistics.median(flops):.3e}")
     print(
-        f"update: {achieved / 1e9:.2f} GFLOP/s achieved vs {peak / 1e9:.2f} GFLOP/s matmul "
-        f"peak ({achieved / peak:.1%})"
+        f"fast path: rollout.backend={cfg.rollout.backend}, {trainer.micro_batch_size} rows per "
+        "forward, on-policy scoring pass skipped where exact; reference path (today's before "
+        f"it): {', '.join(REFERENCE_PATH)}"
     )
-    print(
-        "\nevery method, one step at this batch: wall time and FLOPs relative to GRPO's, and "
-        "its own advantage math as a share of its step (target < 2%):"
-    )
-    rows = method_steps(trainer, methods)
+    with OutsideLoad() as load:
+        records = interleaved_steps(trainers, repeats)
+        median = {
+            name: {p: statistics.median(r["time"][p] for r in rs) for p in PHASES}
+            for name, rs in records.items()
+        }
+        print(f"\ntime per step, median of {repeats} interleaved steps:")
+        print(f"  {'phase':<11} {'fast':>10} {'reference':>10} {'fast/reference':>15}")
+        for phase in PHASES:
+            fast, ref = median["fast"][phase], median["reference"][phase]
+            ratio = f"{fast / ref:.2f}x" if ref > 0 else "-"
+            print(f"  {phase:<11} {fast * 1000:8.1f}ms {ref * 1000:8.1f}ms {ratio:>15}")
+        counted = {
+            key: statistics.median(r["counted"][key] for r in records["fast"])
+            for key in records["fast"][0]["counted"]
+        }
+        fast = median["fast"]
+        print(f"generated tokens/s: {counted['generated_tokens'] / fast['generation']:,.0f}")
+        print(f"trained tokens/s:   {counted['trained_tokens'] / fast['update']:,.0f}")
+        print(f"meter FLOPs per step: {counted['flops']:.3e}")
+        peak = matmul_peak()
+        achieved = counted["flops_training"] / fast["update"]
+        print(
+            f"update: {achieved / 1e9:.2f} GFLOP/s achieved vs {peak / 1e9:.2f} GFLOP/s fp32 "
+            f"matmul peak ({achieved / peak:.1%})"
+        )
+        print(
+            f"\nharness (fast path) vs a plain transformers loop, same work (median of {repeats}):"
+        )
+        for phase, (ours, plain) in side_by_side(trainer, repeats).items():
+            print(
+                f"  {phase:<11} harness {ours * 1000:8.1f} ms   plain {plain * 1000:8.1f} ms   "
+                f"plain/harness {plain / ours:.2f}x"
+            )
+        if compare_trl:
+            trl = trl_step_seconds(trainer, repeats)
+            if isinstance(trl, str):
+                print(f"\nTRL GRPOTrainer: not measured, {trl}")
+            else:
+                print(
+                    f"\nTRL GRPOTrainer step, same model and batch shape (median of {repeats}): "
+                    f"{trl * 1000:.1f} ms; harness fast step / TRL step "
+                    f"{fast['step'] / trl:.2f}x"
+                )
+        if methods != []:
+            print(
+                "\nevery method, one step at this batch (fast path): wall time and FLOPs "
+                "relative to GRPO's, and its own advantage math as a share of its step "
+                "(target < 2%):"
+            )
+            _print_method_steps(method_steps(trainer, methods))
+    print("\n" + load.describe())
+    return 0
+
+
+def _print_method_steps(rows: list[dict[str, float | str]]) -> None:
     grpo = next(r for r in rows if r["method"] == "grpo")
     print(f"  {'method':<24} {'step':>9} {'x GRPO':>7} {'FLOPs x GRPO':>13} {'advantages':>11}")
     for r in rows:
@@ -215,10 +281,3 @@ def run_perf(
             f"  {r['method']:<24} {step:8.2f}s {step / float(grpo['step']):6.2f}x "
             f"{flops / float(grpo['flops']):12.2f}x {share:10.2%}{flag}"
         )
-    print(f"\nharness vs a plain transformers loop, same work (median of {repeats}):")
-    for phase, (ours, plain) in side_by_side(trainer, repeats).items():
-        print(
-            f"  {phase:<11} harness {ours * 1000:8.1f} ms   plain {plain * 1000:8.1f} ms   "
-            f"plain/harness {plain / ours:.2f}x"
-        )
-    return 0

@@ -49,6 +49,7 @@ def ppo_update(
     step: int,
     after_optimizer_step: Callable[[], None] | None = None,
     services=None,
+    behaviour_from_update: bool = False,
 ) -> dict[str, float]:
     """Run ``train.ppo_epochs`` x ``train.minibatches`` optimizer steps on one batch.
 
@@ -58,6 +59,9 @@ def ppo_update(
         seed: seeds the minibatch shuffle (epoch ``e`` uses ``seed + e``).
         step: the step number, for diagnostics.
         services: the step's services, handed to ``method.loss`` (a loss may run a pass).
+        behaviour_from_update: the batch's behaviour log-probs were not scored: each
+            micro-batch's first forward (before the one optimizer step of an exactly
+            on-policy update) is the behaviour policy's, so it fills ``batch.old_logprobs``.
 
     Returns:
         Token-weighted means of the method's loss statistics (``clip_frac``, ``approx_kl``,
@@ -70,6 +74,8 @@ def ppo_update(
     weights: dict[str, float] = {}
     entropy_sum = filler_entropy_sum = filler_tokens = 0.0
     grad_norms, losses = [], []
+    if behaviour_from_update and (train.ppo_epochs, train.minibatches) != (1, 1):
+        raise ValueError("behaviour_from_update: only for one epoch of one minibatch")
     loss_mask = method.loss_mask(batch)  # what the loss averages over (the response mask)
     for epoch in range(train.ppo_epochs):
         if train.minibatches > 1:
@@ -90,6 +96,9 @@ def ppo_update(
                     micro.response_mask,
                     temperature=temperature,
                 )
+                if behaviour_from_update:  # the same pass on the same layout: ratio 1 exactly
+                    micro.old_logprobs = logprobs.detach()
+                    batch.old_logprobs[rows] = micro.old_logprobs
                 loss, stats = method.loss(
                     logprobs, micro, advantages[rows], normalizers, services=services
                 )

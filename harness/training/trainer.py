@@ -154,7 +154,7 @@ class Trainer:
         another method's step on the same models (``creditbench perf``); default the run's."""
         method = method or self.method
         services, meter = self.services, self.meter
-        services.begin_step(self.step)
+        services.begin_step(self.step, defer_behaviour=self._behaviour_from_update(method))
         seconds_before = dict(services.seconds)
         timing: dict[str, float] = {}
         with meter.clock():
@@ -173,6 +173,7 @@ class Trainer:
                 )
             check_finite(advantages, "advantage tensor", name, self.step + 1)
             stats = self.update(method, batch, advantages)
+            services.batches.defer_behaviour = False  # a batch outside a step gets scored
             t3 = time.perf_counter()
         self.step += 1
         timing = {
@@ -186,6 +187,12 @@ class Trainer:
             timing[key] = services.seconds[key] - seconds_before[key]
         timing["budget_seconds"] = meter.seconds
         return self._step_record(method, batch, advantages, stats, timing)
+
+    def _behaviour_from_update(self, method: CreditMethod) -> bool:
+        """Whether this step's update gives the behaviour log-probs (see ``TrainConfig``)."""
+        train = self.config.train
+        on_policy = train.ppo_epochs == 1 and train.minibatches == 1
+        return train.skip_onpolicy_scoring and on_policy and not method.needs_behaviour_logprobs
 
     def update(
         self, method: CreditMethod, batch: RolloutBatch, advantages: torch.Tensor
@@ -208,6 +215,7 @@ class Trainer:
             step=self.step + 1,
             after_optimizer_step=self.services.on_policy_updated,
             services=self.services,
+            behaviour_from_update=self.services.batches.defer_behaviour,
         )
 
     def _step_record(self, method, batch, advantages, stats, timing) -> dict[str, Any]:
@@ -249,6 +257,7 @@ class Trainer:
                 batch_size=ev.batch_size,
                 max_new_tokens=self.config.rollout.max_new_tokens,
                 seed=self.config.seed,
+                engine=self.config.rollout.backend if self.services.sampler is None else "auto",
             )
         seconds = time.perf_counter() - started
         for fraction in fractions:

@@ -1,0 +1,245 @@
+"""A lean KV-cached sampler for the decoder models of the testbed (Qwen3, Qwen2, Llama).
+
+Why it exists: the testbed's policy is tiny (hidden 128, 4 layers), so a decode step of
+transformers ``generate`` at batch 64 spends most of its time in per-op overhead — the cache
+grown by concatenation, mask preparation and logits processors every step — not in matmuls.
+This sampler computes the same model with fewer, larger ops:
+
+- one preallocated key/value cache per call, written in place (no concatenation);
+- the query, key and value projections fused into one matmul, gate and up into another
+  (weights concatenated once per call, outside autograd);
+- the rotary tables of every position computed once per call by the model's own rotary
+  module, so every RoPE variant the model supports is honoured;
+- decode attention as two small matmuls over the cache; the prompt's prefill through SDPA.
+
+It draws exactly as ``generate(do_sample=True, top_k=0)`` does: temperature, then top-p
+(transformers' ``TopPLogitsWarper`` rule), softmax, one ``torch.multinomial`` over every row
+each step (finished rows included, so the random stream is consumed identically), pad after
+EOS, stop when every row has finished. With the same seed it gives the same tokens as
+``generate`` unless two logits differ by less than their rounding (a test pins this).
+:func:`supports` says which models it runs; everything else goes to ``generate``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+MODEL_TYPES = ("qwen3", "qwen2", "llama")
+# generation_config fields that would add a logits processor this sampler does not have
+PLAIN_GENERATION = {
+    "repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0),
+    "bad_words_ids": (None,),
+    "suppress_tokens": (None,),
+    "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "min_length": (None, 0),
+    "min_new_tokens": (None, 0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "typical_p": (None, 1.0),
+    "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+    "min_p": (None,),
+}
+
+
+def supports(model: Any) -> str | None:
+    """None when the lean sampler runs ``model``, else why not (one phrase)."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in MODEL_TYPES:
+        return f"model type {getattr(config, 'model_type', None)!r} is not one of {MODEL_TYPES}"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r} is not silu"
+    if (
+        getattr(config, "use_sliding_window", False)
+        or getattr(config, "layer_types", None)
+        and any(kind != "full_attention" for kind in config.layer_types)
+    ):
+        return "sliding-window attention"
+    generation = getattr(model, "generation_config", None)
+    for name, plain in PLAIN_GENERATION.items():
+        if getattr(generation, name, None) not in plain:
+            return f"generation_config.{name} is set"
+    return None
+
+
+def _layer_weights(layer: Any) -> dict[str, Tensor | None]:
+    """One decoder layer's weights, the projections fused (no gradient)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    biases = [p.bias for p in projections]
+    return {
+        "ln1": layer.input_layernorm.weight,
+        "ln2": layer.post_attention_layernorm.weight,
+        "qkv": torch.cat([p.weight for p in projections]),
+        "qkv_bias": None if biases[0] is None else torch.cat(biases),  # type: ignore[list-item]
+        "qk_norm": _head_norms(attn),
+        "o": attn.o_proj.weight,
+        "gate_up": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+        "down": mlp.down_proj.weight,
+    }
+
+
+def _head_norms(attn: Any) -> Tensor | None:
+    """Qwen3's per-head query and key norm weights as one ``[heads + kv_heads, head_dim]``
+    tensor (the keys follow the queries in the fused projection), or None without them."""
+    if getattr(attn, "q_norm", None) is None:
+        return None
+    heads = attn.q_proj.weight.shape[0] // attn.q_norm.weight.shape[0]
+    kv_heads = attn.k_proj.weight.shape[0] // attn.k_norm.weight.shape[0]
+    weights = [attn.q_norm.weight] * heads + [attn.k_norm.weight] * kv_heads
+    return torch.stack(weights)
+
+
+def rotate_half_matrix(head_dim: int, like: Tensor) -> Tensor:
+    """R with ``x @ R == cat(-x[half:], x[:half])``: RoPE's rotate-half as one matmul."""
+    half = head_dim // 2
+    matrix = torch.zeros(head_dim, head_dim, dtype=like.dtype, device=like.device)
+    matrix[half:, :half] = -torch.eye(half, dtype=like.dtype, device=like.device)
+    matrix[:half, half:] = torch.eye(half, dtype=like.dtype, device=like.device)
+    return matrix
+
+
+class _Decoder:
+    """The model as plain functions over a preallocated cache for ``rows`` x ``length``."""
+
+    def __init__(self, model: Any, rows: int, length: int, positions: Tensor) -> None:
+        config = model.config
+        self.eps = config.rms_norm_eps
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.scale = self.head_dim**-0.5
+        inner = model.model
+        self.embed = inner.embed_tokens.weight
+        self.layers = [_layer_weights(layer) for layer in inner.layers]
+        self.norm, self.head = inner.norm.weight, model.lm_head.weight
+        dtype = self.embed.dtype
+        shape = (len(self.layers), rows, self.kv_heads, length, self.head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=self.embed.device)
+        self.values = torch.zeros(shape, dtype=dtype, device=self.embed.device)
+        probe = torch.zeros(1, dtype=dtype, device=self.embed.device)
+        cos, sin = inner.rotary_emb(probe, positions)  # [rows, length, head_dim]
+        self.cos, self.sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        self.rotate_half = rotate_half_matrix(self.head_dim, self.embed)
+
+    def _rms(self, x: Tensor, weight: Tensor | None) -> Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+
+    def _layer(self, i: int, x: Tensor, start: int, mask: Tensor) -> Tensor:
+        w, rows, width = self.layers[i], x.shape[0], x.shape[1]
+        h, kv, d = self.heads, self.kv_heads, self.head_dim
+        qkv = F.linear(self._rms(x, w["ln1"]), w["qkv"], w["qkv_bias"])  # type: ignore[arg-type]
+        qk, v = qkv.split([(h + kv) * d, kv * d], -1)
+        qk = qk.view(rows, width, h + kv, d)
+        if w["qk_norm"] is not None:  # Qwen3: one norm over the query and key heads
+            qk = F.rms_norm(qk, (d,), None, self.eps) * w["qk_norm"]
+        cos, sin = self.cos[:, :, start : start + width], self.sin[:, :, start : start + width]
+        qk = qk.transpose(1, 2)
+        qk = qk * cos + torch.matmul(qk, self.rotate_half) * sin
+        q, k = qk.split([h, kv], 1)
+        end = start + width
+        self.keys[i, :, :, start:end] = k
+        self.values[i, :, :, start:end] = v.view(rows, width, kv, d).transpose(1, 2)
+        keys, values = self.keys[i, :, :, :end], self.values[i, :, :, :end]
+        if width == 1:  # decode: [rows, kv, heads per kv, 1 x end] scores, two small matmuls
+            grouped = q.reshape(rows, kv, h // kv, d)
+            scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scale
+            scores = scores.masked_fill(~mask, float("-inf"))
+            out = torch.matmul(torch.softmax(scores, -1), values).reshape(rows, h, 1, d)
+        else:
+            repeat = h // kv
+            keys = keys.repeat_interleave(repeat, 1) if repeat > 1 else keys
+            values = values.repeat_interleave(repeat, 1) if repeat > 1 else values
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale)
+        x = x + F.linear(out.transpose(1, 2).reshape(rows, width, h * d), w["o"])
+        gate, up = F.linear(self._rms(x, w["ln2"]), w["gate_up"]).chunk(2, -1)
+        return x + F.linear(F.silu(gate) * up, w["down"])
+
+    def logits(self, ids: Tensor, start: int, mask: Tensor) -> Tensor:
+        """Float32 logits ``[rows, V]`` of the last of ``ids`` ``[rows, width]`` at ``start``."""
+        x = F.embedding(ids, self.embed)
+        for i in range(len(self.layers)):
+            x = self._layer(i, x, start, mask)
+        return F.linear(self._rms(x[:, -1], self.norm), self.head).float()
+
+
+def top_p_filter(scores: Tensor, top_p: float) -> Tensor:
+    """transformers' ``TopPLogitsWarper``: -inf outside the smallest set of mass > top_p."""
+    ordered, order = torch.sort(scores, descending=False)
+    remove = ordered.softmax(-1).cumsum(-1) <= (1 - top_p)
+    remove[..., -1:] = False
+    return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+
+
+def _prefill(
+    model: Any, decoder: _Decoder, ids: Tensor, mask: Tensor, positions: Tensor, prefill: Tensor
+) -> Tensor:
+    """Fill ``decoder``'s cache with the prompts and return the first logits ``[B, V]``. Rows
+    with the same prompt (the ``n`` samples of one) share one prefill, expanded after."""
+    contexts, inverse = torch.unique(torch.cat([ids, mask.long()], 1), dim=0, return_inverse=True)
+    if len(contexts) == len(ids):
+        return decoder.logits(ids, 0, prefill)
+    rows = torch.arange(len(ids), device=ids.device)
+    first = torch.full((len(contexts),), len(ids), device=ids.device)
+    first = first.scatter_reduce(0, inverse, rows, "amin")
+    width = ids.shape[1]
+    shared = _Decoder(model, len(first), width, positions[first])
+    logits = shared.logits(ids[first], 0, prefill[first])
+    decoder.keys[:, :, :, :width] = shared.keys[:, inverse]
+    decoder.values[:, :, :, :width] = shared.values[:, inverse]
+    return logits[inverse]
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    eos_token_id: int,
+    pad_token_id: int,
+) -> Tensor:
+    """``[B, P + t]``: the left-padded prompts ``input_ids`` ``[B, P]`` followed by ``t <=
+    max_new_tokens`` sampled tokens (greedy when ``temperature`` is 0), as ``generate``
+    returns them. The caller seeds the global torch generator."""
+    rows, width = input_ids.shape
+    device = input_ids.device
+    real = attention_mask.bool()
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    ahead = positions[:, -1:] + 1 + torch.arange(max_new_tokens, device=device)
+    decoder = _Decoder(model, rows, width + max_new_tokens, torch.cat([positions, ahead], 1))
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+    # a pad query sees itself only: no row of the mask is empty (SDPA would give NaN)
+    eye = torch.eye(width, dtype=torch.bool, device=device)
+    prefill = ((causal & real[:, None, :]) | eye)[:, None]
+    ahead_visible = torch.ones(rows, max_new_tokens, dtype=torch.bool, device=device)
+    visible = torch.cat([real, ahead_visible], 1)
+    logits = _prefill(model, decoder, input_ids, attention_mask, positions, prefill)
+    out = torch.full((rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    for t in range(max_new_tokens):
+        if temperature > 0:
+            scores = logits / temperature
+            if top_p < 1.0:
+                scores = top_p_filter(scores, top_p)
+            tokens = torch.multinomial(torch.softmax(scores, -1), 1).squeeze(1)
+        else:
+            tokens = logits.argmax(-1)
+        tokens = torch.where(finished, torch.full_like(tokens, pad_token_id), tokens)
+        out[:, t] = tokens
+        finished = finished | (tokens == eos_token_id)
+        if bool(finished.all()) or t == max_new_tokens - 1:
+            return torch.cat([input_ids, out[:, : t + 1]], 1)
+        start = width + t
+        mask = visible[:, None, None, : start + 1]
+        logits = decoder.logits(tokens[:, None], start, mask)
+    return input_ids  # max_new_tokens == 0

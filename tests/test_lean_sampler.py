@@ -1,0 +1,153 @@
+"""The lean sampler draws what transformers ``generate`` draws.
+
+With the same seed, the same model and the same sampling settings, the lean sampler and
+``generate`` must return the same tokens: the lean path is a faster computation of the same
+distribution with the same use of the random stream, not another sampler.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from creditbench.harness.models.bootstrap import task_alphabet
+from creditbench.harness.models.modeling import build_char_tokenizer, build_model
+from creditbench.harness.sampling import lean
+from creditbench.harness.sampling.rollout import sample_responses, seeded, use_lean
+from creditbench.harness.tasks import get_task
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    task = get_task("chain", steps=3)
+    tokenizer = build_char_tokenizer(task_alphabet(task))
+    model = build_model("nano", tokenizer, seed=3).eval()
+    prompts = [p.prompt for p in list(task.problems("train"))[:3]]
+    return model, tokenizer, prompts
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (1.0, 0.8), (0.6, 1.0), (0.0, 1.0)])
+def test_lean_draws_the_tokens_generate_draws(testbed, temperature, top_p):
+    model, tokenizer, prompts = testbed
+    drawn = {
+        engine: sample_responses(
+            model,
+            tokenizer,
+            prompts,
+            n=4,
+            max_new_tokens=40,
+            temperature=temperature,
+            top_p=top_p,
+            seed=11,
+            engine=engine,
+        )
+        for engine in ("hf", "lean")
+    }
+    assert torch.equal(drawn["lean"].response_ids, drawn["hf"].response_ids)
+    assert drawn["lean"].texts == drawn["hf"].texts
+    assert torch.equal(drawn["lean"].truncated, drawn["hf"].truncated)
+
+
+def test_lean_continues_prefixes_like_generate(testbed):
+    """Rows with their own prefixes: no two rows share a prefill."""
+    model, tokenizer, prompts = testbed
+    prefixes = [[5, 6], [7], [5, 6, 7, 8]]
+    drawn = [
+        sample_responses(
+            model,
+            tokenizer,
+            prompts,
+            n=2,
+            max_new_tokens=30,
+            temperature=1.0,
+            seed=4,
+            prefixes=prefixes,
+            engine=engine,
+        )
+        for engine in ("hf", "lean")
+    ]
+    assert torch.equal(drawn[0].response_ids, drawn[1].response_ids)
+
+
+def _small(cls, config_cls, **extra):
+    torch.manual_seed(0)
+    config = config_cls(
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        **extra,
+    )
+    return cls(config).eval()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_grouped_query_attention_and_projection_biases(family):
+    """Llama (grouped keys and values) and Qwen2 (biased projections) also match."""
+    model = (
+        _small(LlamaForCausalLM, LlamaConfig)
+        if family == "llama"
+        else _small(Qwen2ForCausalLM, Qwen2Config)
+    )
+    assert lean.supports(model) is None
+    ids = torch.randint(3, 40, (5, 7), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    ids[0, :3], mask[0, :3] = 0, 0  # left padding
+    ids[1, :1], mask[1, :1] = 0, 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with seeded(2):
+        expected = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            max_new_tokens=25,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            pad_token_id=0,
+            eos_token_id=1,
+            num_beams=1,
+        )
+    with seeded(2):
+        got = lean.generate(
+            model,
+            ids,
+            mask,
+            max_new_tokens=25,
+            temperature=1.0,
+            top_p=1.0,
+            eos_token_id=1,
+            pad_token_id=0,
+        )
+    assert torch.equal(got, expected)
+
+
+def test_models_it_cannot_run_go_to_generate_or_are_refused(testbed):
+    model, _, _ = testbed
+    model.generation_config.repetition_penalty = 1.3
+    try:
+        assert "repetition_penalty" in lean.supports(model)
+        assert not use_lean(model, "auto")
+        with pytest.raises(ValueError, match="engine: the lean sampler cannot run"):
+            use_lean(model, "lean")
+    finally:
+        model.generation_config.repetition_penalty = 1.0
+    assert use_lean(model, "auto") and not use_lean(model, "hf")
+    with pytest.raises(ValueError, match="engine: must be one of"):
+        use_lean(model, "fast")
+
+
+def test_top_p_filter_is_transformers_rule():
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    scores = torch.randn(6, 30, generator=torch.Generator().manual_seed(5))
+    for top_p in (0.3, 0.9, 0.99):
+        expected = TopPLogitsWarper(top_p)(None, scores.clone())
+        assert torch.equal(lean.top_p_filter(scores, top_p), expected)

@@ -151,3 +151,32 @@ def test_top_p_filter_is_transformers_rule():
     for top_p in (0.3, 0.9, 0.99):
         expected = TopPLogitsWarper(top_p)(None, scores.clone())
         assert torch.equal(lean.top_p_filter(scores, top_p), expected)
+
+
+def test_the_shipped_policy_draws_the_same_as_rows_finish_at_different_times(tmp_path):
+    """The shipped base policy ends its responses at varied lengths, so the sampler drops
+    finished rows from its cache along the way; the draws stay generate's."""
+    from creditbench.harness.models.bootstrap import ensure_base_policy
+    from creditbench.harness.models.modeling import load_policy
+
+    task = get_task("chain")
+    path = ensure_base_policy("chain", {}, None, tmp_path, progress=False)
+    model, tokenizer = load_policy(path)
+    model.eval()
+    prompts = [p.prompt for p in list(task.problems("train"))[:4]]
+    drawn = [
+        sample_responses(
+            model,
+            tokenizer,
+            prompts,
+            n=4,
+            max_new_tokens=160,
+            temperature=1.0,
+            seed=8,
+            engine=engine,
+        )
+        for engine in ("hf", "lean")
+    ]
+    lengths = drawn[1].response_mask.sum(-1)
+    assert len(set(lengths.tolist())) > 4 and not drawn[1].truncated.all()  # finished unevenly
+    assert torch.equal(drawn[0].response_ids, drawn[1].response_ids)

@@ -10,7 +10,8 @@ This sampler computes the same model with fewer, larger ops:
   (weights concatenated once per call, outside autograd);
 - the rotary tables of every position computed once per call by the model's own rotary
   module, so every RoPE variant the model supports is honoured;
-- decode attention as two small matmuls over the cache; the prompt's prefill through SDPA.
+- decode attention as two small matmuls over the cache; the prompt's prefill through SDPA;
+- rows that have finished dropped from the cache once a quarter of them has.
 
 It draws exactly as ``generate(do_sample=True, top_k=0)`` does: temperature, then top-p
 (transformers' ``TopPLogitsWarper`` rule), softmax, one ``torch.multinomial`` over every row
@@ -128,6 +129,11 @@ class _Decoder:
         self.cos, self.sin = cos.unsqueeze(1), sin.unsqueeze(1)
         self.rotate_half = rotate_half_matrix(self.head_dim, self.embed)
 
+    def keep_rows(self, keep: Tensor) -> None:
+        """Drop the cache rows where ``keep`` ``[rows]`` is False (finished responses)."""
+        self.keys, self.values = self.keys[:, keep], self.values[:, keep]
+        self.cos, self.sin = self.cos[keep], self.sin[keep]
+
     def _rms(self, x: Tensor, weight: Tensor | None) -> Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
 
@@ -226,11 +232,14 @@ def generate(
     logits = _prefill(model, decoder, input_ids, attention_mask, positions, prefill)
     out = torch.full((rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    cached = torch.arange(rows, device=device)  # the rows the decoder still computes
     for t in range(max_new_tokens):
         if temperature > 0:
             scores = logits / temperature
             if top_p < 1.0:
                 scores = top_p_filter(scores, top_p)
+            # over every row, finished ones included: the random stream is used as generate
+            # uses it, whatever the (dropped) rows' logits are
             tokens = torch.multinomial(torch.softmax(scores, -1), 1).squeeze(1)
         else:
             tokens = logits.argmax(-1)
@@ -239,7 +248,15 @@ def generate(
         finished = finished | (tokens == eos_token_id)
         if bool(finished.all()) or t == max_new_tokens - 1:
             return torch.cat([input_ids, out[:, : t + 1]], 1)
+        if 4 * int(finished[cached].sum()) >= len(cached):  # a quarter done: stop computing them
+            keep = ~finished[cached]
+            cached = cached[keep]
+            decoder.keep_rows(keep)
+            visible = visible[keep]
         start = width + t
         mask = visible[:, None, None, : start + 1]
-        logits = decoder.logits(tokens[:, None], start, mask)
+        computed = decoder.logits(tokens[cached, None], start, mask)
+        logits = torch.zeros(rows, computed.shape[-1], device=device).index_copy_(
+            0, cached, computed
+        )
     return input_ids  # max_new_tokens == 0

@@ -11,6 +11,8 @@ old-policy pass), fp32, no gradient checkpointing, no KL term. It needs ``trl`` 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import statistics
 import tempfile
@@ -129,7 +131,8 @@ def trl_step_seconds(trainer: Any, repeats: int) -> float | str:
         )
         torch.set_num_threads(threads)  # the same threads as the harness, whatever TRL set
         started = time.perf_counter()
-        grpo.train()
+        with contextlib.redirect_stdout(io.StringIO()):  # TRL prints its final log line
+            grpo.train()
         torch.set_num_threads(threads)
     marks = [started, *clock.marks]
     steps = [b - a for a, b in zip(marks, marks[1:], strict=False)]

@@ -71,6 +71,15 @@ def overlong_penalty(lengths: Tensor, max_length: int, cache_length: int) -> Ten
     return ((max_length - cache_length - lengths) / cache_length).clamp(min=-1.0, max=0.0)
 
 
+def shaped_rewards(
+    rewards: Tensor, lengths: Tensor, max_length: int, cache_length: int, shaping: bool = True
+) -> Tensor:
+    """``[B]`` R = r + R_length(|y|) from rewards and lengths ``[B]`` (r alone without shaping)."""
+    if not shaping:
+        return rewards
+    return rewards + overlong_penalty(lengths, max_length, cache_length).to(rewards.dtype)
+
+
 def dynamic_sampling_keep(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """``[B]`` bool: True where the group's rewards are not all equal. A group of equal rewards
     (a group of one too) has zero advantage, so no gradient; DAPO drops it. The spread is
@@ -95,9 +104,7 @@ def dapo_advantages(
     ``rewards``, ``lengths`` (|y| in tokens) and ``group_ids`` are ``[B]``, ``response_mask``
     ``[B, T]``; ``max_length`` is L_max and ``cache_length`` L_cache.
     """
-    shaped = rewards
-    if overlong_shaping:
-        shaped = rewards + overlong_penalty(lengths, max_length, cache_length).to(rewards.dtype)
+    shaped = shaped_rewards(rewards, lengths, max_length, cache_length, overlong_shaping)
     return broadcast_to_tokens(group_normalized_scores(shaped, group_ids), response_mask)
 
 
@@ -184,9 +191,7 @@ class DAPO(CreditMethod):
         if not self.config.overlong_shaping:
             return batch.rewards
         lengths, max_length, cache_length = self._length_limits(batch, services)
-        return batch.rewards + overlong_penalty(lengths, max_length, cache_length).to(
-            batch.rewards.dtype
-        )
+        return shaped_rewards(batch.rewards, lengths, max_length, cache_length)
 
     def trained_responses(self, batch: RolloutBatch) -> Tensor:
         """With dynamic sampling, the responses of groups whose task rewards differ: a batch

@@ -235,8 +235,11 @@ class Card:
         return [method.name for method in self.methods if method.registered]
 
     def method_row(self, name: str) -> Method:
-        """The row named ``name``."""
-        return next(method for method in self.methods if method.name == name)
+        """The row named ``name``; KeyError naming the card's rows when it has none."""
+        for method in self.methods:
+            if method.name == name:
+                return method
+        raise KeyError(f"{self.id}: no method row {name!r}; rows: {', '.join(self.method_names())}")
 
     def results_for(self, method: str) -> list[Result]:
         """Every number reported for ``method`` (a method name or a row label), table order."""

@@ -180,3 +180,22 @@ def test_the_shipped_policy_draws_the_same_as_rows_finish_at_different_times(tmp
     lengths = drawn[1].response_mask.sum(-1)
     assert len(set(lengths.tolist())) > 4 and not drawn[1].truncated.all()  # finished unevenly
     assert torch.equal(drawn[0].response_ids, drawn[1].response_ids)
+
+
+def test_backend_lean_on_a_model_it_cannot_run_is_a_config_error(tmp_path):
+    import json
+
+    from creditbench.harness.config import ConfigError, load_config
+    from creditbench.harness.models.modeling import save_policy
+    from creditbench.harness.training.trainer import Trainer
+
+    task = get_task("chain", steps=2)
+    tokenizer = build_char_tokenizer(task_alphabet(task))
+    path = save_policy(build_model("nano", tokenizer, seed=0), tokenizer, tmp_path / "nano")
+    generation = json.loads((path / "generation_config.json").read_text())
+    generation["repetition_penalty"] = 1.3
+    (path / "generation_config.json").write_text(json.dumps(generation))
+    overrides = [f"model.path={path}", "task_options.steps=2", "rollout.backend=lean"]
+    trainer = Trainer(load_config(None, ["method=grpo", f"output_dir={tmp_path}", *overrides]))
+    with pytest.raises(ConfigError, match=r"^rollout\.backend: the lean sampler cannot run"):
+        trainer.build()

@@ -102,13 +102,15 @@ def row_settings(card: Card, row: str) -> list[Setting]:
 
 def method_fields(method: str, options: Mapping[str, Any] | None = None) -> set[str]:
     """The option names of a registered method: the fields of the Config that ``options``
-    select (a host recipe's fields come with ``base``); empty when they select none."""
+    select (a host recipe's fields come with ``base``), or of its default Config when they
+    select none (``build_method_config`` then names the bad option)."""
     from creditbench.methods.registry import get_method
 
+    method_cls = get_method(method)
     try:
-        config_class = get_method(method).config_class(options or {})
+        config_class = method_cls.config_class(options or {})
     except ValueError:
-        return set()
+        config_class = method_cls.Config
     return {f.name for f in dataclasses.fields(config_class)}
 
 
@@ -129,7 +131,7 @@ def map_options(
     rejected = []
     for item in wanted:
         trial = {k: s.value for k, s in mapped.items()} | {item.key: item.value}
-        if item.key not in method_fields(method, trial) | {"base"}:
+        if item.key not in method_fields(method, trial):
             reason = f"{item.origin}; {method} has no option {item.key}"
             rejected.append(dataclasses.replace(item, origin=reason))
             continue

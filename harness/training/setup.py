@@ -18,7 +18,7 @@ import torch
 
 from creditbench.harness.budget import BudgetMeter
 from creditbench.harness.config import ConfigError, RunConfig
-from creditbench.harness.sampling import lean
+from creditbench.harness.sampling.rollout import use_lean
 from creditbench.harness.services import HarnessServices
 from creditbench.harness.tasks.base import is_step_checked
 from creditbench.methods.contract import STEP_TRUTH_KEYS
@@ -151,8 +151,11 @@ def build_models(config: RunConfig, task: Any, device: torch.device) -> Models:
         weight_decay=config.train.weight_decay,
     )
     sampler = None
-    if config.rollout.backend == "lean" and (why := lean.supports(policy)) is not None:
-        raise ConfigError(f"rollout.backend: the lean sampler cannot run this model ({why})")
+    if config.rollout.backend != "vllm":
+        try:
+            use_lean(policy, config.rollout.backend)
+        except ValueError as err:  # "engine: ..." is rollout.backend to the user
+            raise ConfigError(f"rollout.backend: {str(err).removeprefix('engine: ')}") from None
     if config.rollout.backend == "vllm":
         from creditbench.harness.sampling.rollout import VLLMBackend
 

@@ -26,8 +26,11 @@ cache. Padding is never charged: the meter counts the work a method needs, not w
 particular backend spends, so two backends of different efficiency get the same budget.
 
 Evaluation is outside the budget: run it inside ``with meter.outside_budget():`` and nothing is
-charged and the clock is stopped. A run is budgeted in one unit (``flops``, ``seconds`` of wall
-clock, ``tokens`` generated, or optimizer ``steps``); all counters are recorded whatever the unit.
+charged and the clock is stopped. A reference method's knowledge passes (the exact-credit
+oracle's value estimates) run inside ``with meter.as_reference():``: they are counted in the
+``reference_*`` counters and the clock's seconds go there too, but nothing is charged.
+A run is budgeted in one unit (``flops``, ``seconds`` of wall clock, ``tokens`` generated,
+or optimizer ``steps``); all counters are recorded whatever the unit.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 
 UNITS = ("flops", "seconds", "tokens", "steps")
 CATEGORIES = ("generation", "scoring", "training")
+REFERENCE_COUNTERS = ("flops", "generated_tokens", "forward_tokens", "seconds")
 
 
 def _as_ints(values: Any) -> list[int]:
@@ -121,6 +125,10 @@ class BudgetMeter:
         self._seconds = 0.0
         self._started_at: float | None = None
         self._suspended = 0
+        # Passes counted but not charged (``as_reference``); restored with the state.
+        self.reference: dict[str, float] = {k: 0 for k in REFERENCE_COUNTERS}
+        self.reference["seconds"] = 0.0
+        self._to_reference = 0
 
     @classmethod
     def for_model(cls, model: Any, *, unit: str = "flops", amount: float = 0.0) -> BudgetMeter:
@@ -151,8 +159,17 @@ class BudgetMeter:
         )
 
     def _add(self, category: str, flops: int) -> None:
+        if self._to_reference:
+            self.reference["flops"] += flops
+            return
         self.flops += flops
         self.flops_by_category[category] = self.flops_by_category.get(category, 0) + flops
+
+    def _count_tokens(self, counter: str, n: int) -> None:
+        if self._to_reference:
+            self.reference[counter] += n
+        else:
+            setattr(self, counter, getattr(self, counter) + n)
 
     # --- charges -----------------------------------------------------------------------------
 
@@ -162,7 +179,7 @@ class BudgetMeter:
         if self._suspended:
             return 0
         flops = self._flops_exact(len(contexts), sum(contexts))
-        self.forward_tokens += len(contexts)
+        self._count_tokens("forward_tokens", len(contexts))
         self._add(category, flops)
         return flops
 
@@ -172,7 +189,7 @@ class BudgetMeter:
         if self._suspended:
             return 0
         flops = self._flops_exact(sum(lengths), sum(_triangle(n) for n in lengths))
-        self.forward_tokens += sum(lengths)
+        self._count_tokens("forward_tokens", sum(lengths))
         self._add(category, flops)
         return flops
 
@@ -190,7 +207,7 @@ class BudgetMeter:
             _triangle(p) + g * p + _triangle(g) for p, g in zip(prompts, news, strict=True)
         )
         flops = self._flops_exact(sum(prompts) + sum(news), context_sum)
-        self.generated_tokens += sum(news)
+        self._count_tokens("generated_tokens", sum(news))
         self._add(category, flops)
         return flops
 
@@ -211,13 +228,13 @@ class BudgetMeter:
         priced by that model's own meter (``BudgetMeter.for_model(teacher).charge_...``)."""
         if self._suspended:
             return 0
-        self.forward_tokens += int(forward_tokens)
+        self._count_tokens("forward_tokens", int(forward_tokens))
         self._add(category, int(flops))
         return int(flops)
 
     def charge_optimizer_step(self) -> None:
         """Count one optimizer step (its FLOPs, O(N), are negligible and not charged)."""
-        if not self._suspended:
+        if not self._suspended and not self._to_reference:
             self.optimizer_steps += 1
 
     # --- wall clock --------------------------------------------------------------------------
@@ -266,6 +283,25 @@ class BudgetMeter:
             if was_running:
                 self.start()
 
+    @contextlib.contextmanager
+    def as_reference(self) -> Iterator[BudgetMeter]:
+        """Passes inside the block are counted in ``reference`` (FLOPs, tokens, seconds) and
+        not charged; the budget's clock is stopped. For a reference method's knowledge (the
+        exact-credit oracle's value estimates): "perfect credit at the others' sample budget"
+        has a cost the run reports but does not pay."""
+        was_running = self.running
+        self.pause()
+        self._to_reference += 1
+        started = time.perf_counter()
+        try:
+            yield self
+        finally:
+            self._to_reference -= 1
+            if not self._to_reference:
+                self.reference["seconds"] += time.perf_counter() - started
+            if was_running:
+                self.start()
+
     # --- the budget --------------------------------------------------------------------------
 
     def spent(self) -> float:
@@ -308,6 +344,8 @@ class BudgetMeter:
             "seconds": self.seconds,
         }
         record.update({f"flops_{k}": v for k, v in self.flops_by_category.items()})
+        if self.reference["flops"]:
+            record.update({f"reference_{k}": v for k, v in self.reference.items()})
         return record
 
     # --- checkpointing -----------------------------------------------------------------------
@@ -327,6 +365,7 @@ class BudgetMeter:
             "trained_tokens": self.trained_tokens,
             "optimizer_steps": self.optimizer_steps,
             "seconds": self.seconds,
+            "reference": dict(self.reference),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -342,5 +381,7 @@ class BudgetMeter:
         self.trained_tokens = int(state["trained_tokens"])
         self.optimizer_steps = int(state["optimizer_steps"])
         self._seconds = float(state["seconds"])
+        saved_reference = state.get("reference", {})  # absent in states saved before it existed
+        self.reference = {k: type(v)(saved_reference.get(k, 0)) for k, v in self.reference.items()}
         if self._started_at is not None:
             self._started_at = time.perf_counter()

@@ -18,6 +18,7 @@ Imports torch only, like every file of ``methods/``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 import torch
@@ -167,13 +168,25 @@ class Services(Protocol):
         problem_index: Sequence[int] | Tensor | None = None,
         temperature: float | None = None,
         max_new_tokens: int | None = None,
+        rewards_only: bool = False,
     ) -> RolloutBatch:
         """``n`` responses to each prompt (any text: a problem's prompt or a variant of it),
         each optionally continuing a prefix (text or token ids) marked by
         :data:`PREFIX_MASK`. Rows are graded against ``problem_index`` (train-split indices,
         one per prompt); without it rewards are NaN (text only, e.g. a thinker's hint). Group
         ids are the prompt's position. ``temperature`` 0 is greedy; None keeps the run's.
-        Charged: generation and a scoring forward, as :meth:`sample_batch`."""
+        ``rewards_only``: the rows are wanted for their rewards alone (value estimates): no
+        scoring pass, no step ground truth, behaviour log-probs NaN.
+        Charged: generation and, unless ``rewards_only``, a scoring forward, as
+        :meth:`sample_batch`."""
+        ...
+
+    def reference_passes(self) -> AbstractContextManager[None]:
+        """A block whose model passes are counted (``reference_flops``, ``reference_seconds``
+        and token counts in the step's record) but not charged: the knowledge of a reference
+        method (``CreditMethod.reference``, the exact-credit oracle's value estimates), which
+        stands for what no method can buy. Raises RuntimeError for any other method.
+        Charged: nothing."""
         ...
 
     def batch_from_responses(

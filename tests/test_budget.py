@@ -95,6 +95,23 @@ def test_outside_budget_charges_nothing():
     assert m.flops == forward_loop([5])
 
 
+def test_reference_passes_are_counted_and_not_charged():
+    m = meter(unit="flops", amount=1e9)
+    m.charge_generation([3], [4])
+    charged = m.flops
+    with m.as_reference():
+        m.charge_generation([3], [4])
+        m.charge_forward_batch([5])
+    assert m.flops == charged and m.generated_tokens == 4 and m.forward_tokens == 0
+    assert m.reference["flops"] == charged + forward_loop([5])
+    assert m.reference["generated_tokens"] == 4 and m.reference["forward_tokens"] == 5
+    assert m.counters()["reference_flops"] == m.reference["flops"]
+    restored = meter(unit="flops", amount=1e9)
+    restored.load_state_dict(m.state_dict())
+    assert restored.reference == m.reference
+    assert "reference_flops" not in meter().counters()  # a run without them records none
+
+
 @pytest.mark.parametrize(
     ("unit", "expected"),
     [("flops", None), ("tokens", 9), ("steps", 2)],

@@ -11,13 +11,18 @@ tests import them as ``from fakes import FakeServices``.
 
 from __future__ import annotations
 
+import contextlib
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from creditbench.harness.conformance.strategies import build_batch
+from creditbench.methods.contract import PROBLEM_INDEX
 from creditbench.methods.core import RolloutBatch
 
 
@@ -114,3 +119,53 @@ class FakeServices(StepServices):
             indices = logp.detach().topk(k, dim=-1).indices
         mask = batch.response_mask.unsqueeze(-1)
         return logp.gather(-1, indices) * mask, indices * mask.long()
+
+    # --- continuations (value estimates) ------------------------------------------------------
+
+    def problems(self, batch: RolloutBatch) -> list[Any]:
+        """One problem per row, named by its ``PROBLEM_INDEX`` (else its group id)."""
+        self.calls.append("problems")
+        extras = batch.extras or {}
+        index = extras.get(PROBLEM_INDEX, batch.group_ids).tolist()
+        return [SimpleNamespace(prompt=f"problem {i}", answer="0") for i in index]
+
+    @contextlib.contextmanager
+    def reference_passes(self) -> Iterator[None]:
+        """Records that a reference block was opened (nothing here is charged anyway)."""
+        self.calls.append("reference_passes")
+        yield
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        n: int = 1,
+        prefixes: Sequence[Any] | None = None,
+        *,
+        problem_index: Any = None,
+        **options: Any,
+    ) -> RolloutBatch:
+        """``n`` continuations of each prefix: the prefix and one more token, rewarded 0/1 by a
+        hash of (prompt, prefix, sample number), so a row's estimate depends on its content
+        alone and moves with it when a batch is permuted."""
+        self.calls.append(f"generate:{len(prompts)}x{n}")
+        prefixes = list(prefixes) if prefixes is not None else [[] for _ in prompts]
+        rows, rewards = [], []
+        for prompt, prefix in zip(prompts, prefixes, strict=True):
+            tokens = [int(t) for t in prefix]
+            for m in range(n):
+                code = zlib.crc32(f"{prompt}|{tokens}|{m}|{self.seed}".encode())
+                rows.append([*tokens, 1 + code % 7])
+                rewards.append(float(code % 2))
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.long)
+        mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rows])
+        count = len(rows)
+        return RolloutBatch(
+            prompt_ids=torch.ones(count, 1, dtype=torch.long),
+            prompt_mask=torch.ones(count, 1),
+            response_ids=ids,
+            response_mask=mask,
+            group_ids=torch.arange(len(prompts)).repeat_interleave(n),
+            rewards=torch.tensor(rewards),
+            old_logprobs=torch.full((count, width), float("nan")),
+        )

@@ -20,7 +20,7 @@ import torch
 from hypothesis import strategies as st
 from torch import Tensor
 
-from creditbench.methods.contract import STEP_TRUTH_KEYS
+from creditbench.methods.contract import PROBLEM_INDEX, STEP_TRUTH_KEYS
 from creditbench.methods.core import RolloutBatch
 
 VOCAB = 32
@@ -131,6 +131,8 @@ def build_batch(
         all_step_ids, masks = _step_ground_truth(length, failed, width, gen)
         step_ids = all_step_ids if with_steps else None
         extras = masks if with_extras else None
+    if extras is not None:  # as a graded batch carries it: the problem of each row's group
+        extras[PROBLEM_INDEX] = per_group.clone()
 
     batch = RolloutBatch(
         prompt_ids=prompt_ids[per_group],

@@ -51,9 +51,15 @@ class GradedBatches:
         self.defer_behaviour = False
 
     def from_samples(
-        self, samples: Samples, problem_index: Tensor | None, *, group_offset: int
+        self,
+        samples: Samples,
+        problem_index: Tensor | None,
+        *,
+        group_offset: int,
+        rewards_only: bool = False,
     ) -> RolloutBatch:
-        """Grade, score and annotate sampled responses."""
+        """Grade, score and annotate sampled responses; ``rewards_only`` grades them and
+        nothing more (no scoring pass, no step ground truth, behaviour log-probs NaN)."""
         extras: dict[str, Tensor] = {}
         if problem_index is not None:
             problems = [self.train_problems[i] for i in problem_index.tolist()]
@@ -79,6 +85,9 @@ class GradedBatches:
             truncated=samples.truncated,
             extras=extras,
         )
+        if rewards_only:
+            batch.old_logprobs = torch.full_like(samples.response_mask, float("nan"))
+            return batch
         if self.defer_behaviour:  # NaN until the update fills them: a reader would show
             batch.old_logprobs = torch.full_like(samples.response_mask, float("nan"))
         else:

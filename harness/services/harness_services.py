@@ -16,8 +16,9 @@ uninterrupted one draws.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -98,12 +99,28 @@ class HarnessServices:
 
     # --- the step -----------------------------------------------------------------------------
 
-    def begin_step(self, step: int, defer_behaviour: bool = False) -> None:
+    def begin_step(
+        self, step: int, defer_behaviour: bool = False, reference_method: bool = False
+    ) -> None:
         """Called by the trainer before a step's rollout: the step number, a fresh stats dict,
-        and whether this step's batches leave the behaviour log-probs to the update."""
+        whether this step's batches leave the behaviour log-probs to the update, and whether
+        the step's method is a reference (it may run :meth:`reference_passes`)."""
         self.step = step
         self.stats = {}
         self.batches.defer_behaviour = defer_behaviour
+        self.reference_method = reference_method
+
+    @contextlib.contextmanager
+    def reference_passes(self) -> Iterator[None]:
+        """Model passes inside the block are counted, not charged (see
+        ``Services.reference_passes``); only a reference method may open one."""
+        if not getattr(self, "reference_method", False):
+            raise RuntimeError(
+                "reference_passes: only a reference method (CreditMethod.reference) may run "
+                "passes its budget does not pay for"
+            )
+        with self.meter.as_reference():
+            yield
 
     def generator(self, stream: int) -> torch.Generator:
         """A CPU generator seeded ``seed * stream + step`` (see ``Services.generator``)."""
@@ -174,6 +191,7 @@ class HarnessServices:
         problem_index: Sequence[int] | Tensor | None = None,
         temperature: float | None = None,
         max_new_tokens: int | None = None,
+        rewards_only: bool = False,
     ) -> RolloutBatch:
         """``n`` fresh responses to each prompt, optionally continuing a given prefix.
 
@@ -186,6 +204,8 @@ class HarnessServices:
                 graded against it. Without it the responses are not graded and their
                 rewards are NaN (use them as text only, e.g. a thinker's hint).
             temperature: 0 for greedy; defaults to the rollout temperature.
+            rewards_only: graded rows only (value estimates): no scoring pass and no step
+                ground truth; behaviour log-probs are NaN.
 
         Returns:
             A :class:`RolloutBatch` with behaviour log-probs under the prompts given; group ids
@@ -210,7 +230,9 @@ class HarnessServices:
         index = None
         if problem_index is not None:
             index = torch.as_tensor(problem_index, dtype=torch.long)[samples.prompt_index]
-        batch = self.batches.from_samples(samples, index, group_offset=0)
+        batch = self.batches.from_samples(
+            samples, index, group_offset=0, rewards_only=rewards_only
+        )
         if prefix_ids is not None:
             widths = torch.tensor([len(p) for p in prefix_ids])[samples.prompt_index]
             positions = torch.arange(batch.response_ids.shape[1])

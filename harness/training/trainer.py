@@ -154,7 +154,11 @@ class Trainer:
         another method's step on the same models (``creditbench perf``); default the run's."""
         method = method or self.method
         services, meter = self.services, self.meter
-        services.begin_step(self.step, defer_behaviour=self._behaviour_from_update(method))
+        services.begin_step(
+            self.step,
+            defer_behaviour=self._behaviour_from_update(method),
+            reference_method=type(method).reference,
+        )
         seconds_before = dict(services.seconds)
         timing: dict[str, float] = {}
         with meter.clock():

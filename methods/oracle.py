@@ -1,35 +1,39 @@
-"""Oracle credit: GRPO's advantage, with a failed response's blame put on its first wrong step.
+"""Oracle credit: the exact credit of every step, or GRPO's advantage with a failure's blame on
+its first wrong step.
 
 Reference method, not from a paper: the upper bound every credit-assignment method is measured
-against on the testbed. It reads the step ground truth (``first_wrong_mask`` and friends, see
-:data:`methods.contract.STEP_TRUTH_KEYS`) that only a synthetic task with a step checker can supply.
+against on the testbed ("perfect credit at GRPO's sample budget").
 
-Key equations (G responses o_1..o_G to one prompt, W_i the blamed tokens of o_i):
+``mode="exact"`` (default). With γ = 1, the reward at the end and s_k the prompt plus the first
+k steps (see :mod:`methods.values`):
 
-    A_i = (r_i - mean(r_1..r_G)) / std(r_1..r_G)                     (GRPO, shared by all)
+    V(s_k) = P_π(R = 1 | s_k),   A_k = V(s_{k+1}) - V(s_k),   V(s_n) := R,   sum_k A_k = R - V(s_0)
+
+Every token of step k gets A_k; the filler tokens (ground truth ``filler_mask``: their value
+change is 0) get exactly 0. V(s_k) is estimated under the behaviour policy with
+``value_samples`` continuations from every distinct state (VinePPO's Monte-Carlo estimator,
+arXiv 2410.01679), inside ``services.reference_passes()``: the value passes are counted in
+the run's ``reference_*`` records and not charged to its budget. Unlike GRPO this credit is
+non-zero in all-fail groups (a first wrong step lowers V) and all-pass groups.
+
+``mode="first_wrong"`` / ``"suffix"``: the blame rules, with A_i GRPO's group advantage and W_i
+the blamed tokens of o_i (the first wrong step; with ``suffix`` also all that follows):
 
     failed (A_i < 0, W_i non-empty):   A_it = A_i · |o_i| / |W_i|  for t in W_i,  0 elsewhere
     otherwise:                         A_it = A_i                  for every t
 
-    W_i = the first wrong step                      (mode="first_wrong", default)
-    W_i = the first wrong step and all that follows  (mode="suffix")
-
-With ``redistribute=False`` the blamed tokens get plain A_i (GRPO's credit, masked).
-With ``penalize_wrong_in_success`` a successful response (A_i > 0) keeps A_i on its right
-tokens and gets -A_i on the tokens of its wrong steps (slips a later step cancelled).
-
-Why redistribute by default: masking alone shrinks a failed response's total negative credit
-from A_i·|o_i| to A_i·|W_i|, a tenth or less on the testbed, so "oracle" would also mean "far
-less push-down on failures than GRPO", and a comparison would mix the placement of credit with
-its amount. Redistributing keeps every response's total credit sum_t A_it = A_i·|o_i| exactly
-as GRPO gives it, and the balance of positive and negative credit in a group with it: oracle
-and GRPO differ only in *where* a failure's credit lands, which is what the bound is about.
+With ``redistribute=False`` the blamed tokens get plain A_i (GRPO's credit, masked). With
+``penalize_wrong_in_success`` a successful response (A_i > 0) keeps A_i on its right tokens and
+gets -A_i on the tokens of its wrong steps (slips a later step cancelled). Redistributing keeps
+every response's total credit sum_t A_it = A_i·|o_i| as GRPO gives it, so the two differ only in
+*where* a failure's credit lands.
 
 Deviations:
-    - A failed response with no detectable wrong step (an empty mask, for example a response
-      cut off by the length limit) falls back to GRPO's uniform credit.
-    - ``redistribute`` applies to failed responses only; a success's wrong steps get -A_i
-      without rescaling.
+    - exact: the values are estimates (standard error sqrt(V(1 - V)/M) each); a continuation
+      that runs past the generation limit, counted from the response's start, scores 0.
+    - blame: a failed response with no detectable wrong step (an empty mask, for example a
+      response cut off by the length limit) falls back to GRPO's uniform credit;
+      ``redistribute`` applies to failed responses only.
 """
 
 from __future__ import annotations
@@ -40,12 +44,20 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod
-from .contract import AFTER_WRONG_MASK, FIRST_WRONG_MASK, WRONG_STEP_MASK, Services
-from .core import RolloutBatch
+from .contract import (
+    AFTER_WRONG_MASK,
+    FILLER_MASK,
+    FIRST_WRONG_MASK,
+    WRONG_STEP_MASK,
+    Services,
+)
+from .core import RolloutBatch, masked_whiten
 from .grpo import GRPOConfig, grpo_scores
 from .registry import register_method
+from .values import STATE_VALUES, exact_advantages, mc_state_values
 
-MODES = ("first_wrong", "suffix")
+BLAME_MODES = ("first_wrong", "suffix")
+MODES = ("exact", *BLAME_MODES)
 
 
 def oracle_advantages(
@@ -72,8 +84,8 @@ def oracle_advantages(
     Returns:
         ``[B, T]`` advantages, zero where ``response_mask`` is 0.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode: must be one of {', '.join(MODES)} (got {mode!r})")
+    if mode not in BLAME_MODES:
+        raise ValueError(f"mode: must be one of {', '.join(BLAME_MODES)} (got {mode!r})")
     mask = response_mask
     uniform = scores.unsqueeze(-1).to(mask.dtype) * mask
     blame = (
@@ -95,9 +107,15 @@ def oracle_advantages(
 
 @dataclass
 class OracleConfig(GRPOConfig):
-    """Oracle credit settings (GRPO's fields, loss fields from :class:`LossConfig`)."""
+    """Oracle credit settings (GRPO's fields, loss fields from :class:`LossConfig`).
 
-    mode: str = "first_wrong"
+    ``value_samples`` and ``whiten`` are read by ``mode="exact"``; ``redistribute`` and
+    ``penalize_wrong_in_success`` by the blame modes.
+    """
+
+    mode: str = "exact"
+    value_samples: int = 16
+    whiten: bool = False
     redistribute: bool = True
     penalize_wrong_in_success: bool = False
 
@@ -105,11 +123,13 @@ class OracleConfig(GRPOConfig):
         super().__post_init__()
         if self.mode not in MODES:
             raise ValueError(f"mode: must be one of {', '.join(MODES)} (got {self.mode!r})")
+        if not (isinstance(self.value_samples, int) and self.value_samples >= 1):
+            raise ValueError(f"value_samples: must be an integer >= 1 (got {self.value_samples!r})")
 
 
 @register_method("oracle")
 class Oracle(CreditMethod):
-    summary = "GRPO's advantage, a failure's blame only on its first wrong step (ground truth)"
+    summary = "exact step credit V(s_k+1) - V(s_k) from uncharged value estimates (reference)"
     paper = (
         "none of its own: GRPO's advantage (DeepSeekMath, arXiv 2402.03300) placed by ground truth"
     )
@@ -117,11 +137,27 @@ class Oracle(CreditMethod):
     needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: OracleConfig
     reference = True
-    requires_extras = (FIRST_WRONG_MASK, AFTER_WRONG_MASK, WRONG_STEP_MASK)
+    requires_extras = (FIRST_WRONG_MASK, AFTER_WRONG_MASK, WRONG_STEP_MASK, FILLER_MASK)
+
+    def rollout(self, services: Services) -> RolloutBatch:
+        batch = services.sample_batch()
+        if self.config.mode == "exact":
+            with services.reference_passes():
+                values = mc_state_values(services, batch, self.config.value_samples)
+            batch.extras = {**(batch.extras or {}), STATE_VALUES: values}
+        return batch
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
         extras = batch.extras or {}
+        if cfg.mode == "exact":
+            if FILLER_MASK not in extras:
+                raise ValueError("oracle needs the step ground truth; the batch lacks filler_mask")
+            filler = extras[FILLER_MASK]
+            advantages = exact_advantages(batch, extras.get(STATE_VALUES), filler)
+            if cfg.whiten:  # over the tokens that carry credit: fillers stay 0
+                advantages = masked_whiten(advantages, batch.response_mask * (1.0 - filler))
+            return advantages
         missing = [key for key in self.requires_extras if key not in extras]
         if missing:
             raise ValueError(

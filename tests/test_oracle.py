@@ -1,4 +1,5 @@
-"""Oracle credit: where a failure's blame lands, and how much of it there is."""
+"""Oracle credit: the exact step credit from uncharged value estimates, and the blame rules
+(where a failure's blame lands, and how much of it there is)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from creditbench.methods.contract import FILLER_MASK
 from creditbench.methods.core import group_normalized_scores
 from creditbench.methods.grpo import grpo_advantages
 from creditbench.methods.oracle import Oracle, OracleConfig, oracle_advantages
 from creditbench.methods.registry import get_method
+from creditbench.methods.values import STATE_VALUES, chunk_ids, state_starts, step_credit
 
+from fakes import FakeServices
 from strategies import build_batch, rollout_batches
 
 
@@ -31,7 +35,13 @@ def _scores(batch) -> torch.Tensor:
 def test_registered_as_a_reference_that_needs_ground_truth() -> None:
     cls = get_method("oracle")
     assert cls is Oracle and cls.reference
-    assert set(cls.requires_extras) == {"first_wrong_mask", "after_wrong_mask", "wrong_step_mask"}
+    assert set(cls.requires_extras) == {
+        "first_wrong_mask",
+        "after_wrong_mask",
+        "wrong_step_mask",
+        "filler_mask",
+    }
+    assert OracleConfig().mode == "exact"
 
 
 def test_worked_example() -> None:
@@ -79,7 +89,7 @@ def test_a_failure_blames_only_its_wrong_step(batch, mode: str) -> None:
 @given(batch=rollout_batches(extras=True))
 def test_without_redistribution_blamed_tokens_get_grpos_advantage(batch) -> None:
     first, _, _ = _masks(batch)
-    got = Oracle(redistribute=False).advantages(batch)
+    got = Oracle(mode="first_wrong", redistribute=False).advantages(batch)
     grpo = _grpo(batch)
     blamed = (first * batch.response_mask) > 0
     failed = (_scores(batch) < 0).unsqueeze(-1)
@@ -89,7 +99,7 @@ def test_without_redistribution_blamed_tokens_get_grpos_advantage(batch) -> None
 
 @given(batch=rollout_batches(extras=True))
 def test_suffix_blame_contains_first_wrong_blame(batch) -> None:
-    first = Oracle().advantages(batch) != 0
+    first = Oracle(mode="first_wrong").advantages(batch) != 0
     suffix = Oracle(mode="suffix").advantages(batch) != 0
     assert torch.all(suffix | ~first)
 
@@ -97,8 +107,8 @@ def test_suffix_blame_contains_first_wrong_blame(batch) -> None:
 @given(batch=rollout_batches(extras=True))
 def test_wrong_steps_inside_successes_get_negative_credit(batch) -> None:
     _, _, wrong = _masks(batch)
-    plain = Oracle().advantages(batch)
-    got = Oracle(penalize_wrong_in_success=True).advantages(batch)
+    plain = Oracle(mode="first_wrong").advantages(batch)
+    got = Oracle(mode="first_wrong", penalize_wrong_in_success=True).advantages(batch)
     success = (_scores(batch) > 0).unsqueeze(-1) & (batch.response_mask > 0)
     hit = success & (wrong > 0)
     torch.testing.assert_close(got[hit], -plain[hit])
@@ -109,7 +119,7 @@ def test_a_failure_without_a_detectable_wrong_step_falls_back_to_grpo() -> None:
     batch = build_batch([4], [5, 5, 5, 5], [1.0, 0.0, 0.0, 1.0], seed=3)
     for key in batch.extras:
         batch.extras[key] = torch.zeros_like(batch.extras[key])
-    torch.testing.assert_close(Oracle().advantages(batch), _grpo(batch))
+    torch.testing.assert_close(Oracle(mode="first_wrong").advantages(batch), _grpo(batch))
 
 
 def test_a_group_of_equal_rewards_gets_no_credit() -> None:
@@ -120,10 +130,66 @@ def test_a_group_of_equal_rewards_gets_no_credit() -> None:
 def test_missing_ground_truth_is_refused() -> None:
     batch = build_batch([2], [3, 3], [1.0, 0.0], with_extras=False)
     with pytest.raises(ValueError, match="first_wrong_mask"):
+        Oracle(mode="first_wrong").advantages(batch)
+    with pytest.raises(ValueError, match="filler_mask"):
         Oracle().advantages(batch)
 
 
 def test_bad_mode_is_named() -> None:
     with pytest.raises(ValueError, match="^mode:"):
         OracleConfig(mode="everything")
+    with pytest.raises(ValueError, match="^value_samples:"):
+        OracleConfig(value_samples=0)
     assert OracleConfig().redistribute is True
+
+
+# --- exact credit ------------------------------------------------------------------------------
+
+
+def test_exact_rollout_estimates_values_inside_a_reference_block() -> None:
+    services = FakeServices(seed=4)
+    method = Oracle(value_samples=3)
+    batch = method.rollout(services)
+    assert services.calls[:3] == ["sample_batch", "reference_passes", "problems"]
+    assert services.calls[3].startswith("generate:")
+    values = batch.extra(STATE_VALUES)
+    starts, valid = state_starts(batch.step_ids)
+    assert values.shape == valid.shape and torch.isfinite(values[valid]).all()
+    assert torch.isnan(values[~valid]).all()
+    # three 0/1 continuations per state: every estimate is a multiple of 1/3
+    torch.testing.assert_close((values[valid] * 3).round(), values[valid] * 3)
+    advantages = method.advantages(batch, services)
+    filler = batch.extra(FILLER_MASK) > 0
+    assert (advantages[filler] == 0).all()
+    credit = step_credit(values, valid, batch.rewards)
+    chunks = chunk_ids(starts, valid, batch.response_ids.shape[1])
+    own = batch.response_mask.bool() & ~filler
+    torch.testing.assert_close(advantages[own], credit.gather(-1, chunks.clamp(min=0))[own])
+
+
+@given(batch=rollout_batches(extras=True))
+def test_exact_credit_is_non_zero_where_grpo_has_none(batch) -> None:
+    """A batch without estimates reads every state at its group's mean: the credit is then
+    R - mean on the last chunk, zero in a group of equal rewards as GRPO's; with estimates the
+    oracle has credit in all-fail groups too (a lower value after a step)."""
+    got = Oracle().advantages(batch)
+    equal = _scores(batch) == 0
+    assert (got[equal] == 0).all()
+    starts, valid = state_starts(batch.step_ids)
+    values = torch.linspace(0.9, 0.1, valid.shape[1]).expand(valid.shape).clone()
+    batch.extras[STATE_VALUES] = values
+    failed = (batch.rewards == 0) & (batch.step_ids.max(-1).values >= 1)
+    with_values = Oracle().advantages(batch)
+    own = batch.response_mask * (1 - batch.extra(FILLER_MASK))
+    assert ((with_values * own)[failed].sum(-1) < 0).all()
+
+
+def test_whitened_exact_credit_keeps_fillers_at_zero() -> None:
+    services = FakeServices(seed=1)
+    method = Oracle(value_samples=2, whiten=True)
+    batch = method.rollout(services)
+    advantages = method.advantages(batch, services)
+    filler = batch.extra(FILLER_MASK) > 0
+    assert (advantages[filler] == 0).all()
+    own = batch.response_mask.bool() & ~filler
+    assert abs(float(advantages[own].mean())) < 1e-5

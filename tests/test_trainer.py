@@ -329,3 +329,32 @@ def test_cli_user_errors_exit_2_naming_the_field(argv, field, tmp_path, capsys):
     assert code == 2
     assert field in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_reference_methods_value_passes_are_counted_not_charged(nano_policy, tmp_path):
+    """The exact-credit oracle samples GRPO's batch and trains on it as GRPO does; its value
+    continuations run in a reference block: counted in reference_*, not in flops."""
+    short = ("budget.amount=1", "budget.eval_fractions=[1.0]")
+    run(nano_policy, tmp_path / "grpo", "grpo", *short)
+    run(nano_policy, tmp_path / "oracle", "oracle", *short, "method_options.value_samples=2")
+    (grpo,) = [r for r in RunDir(tmp_path / "grpo").read_metrics() if "clip_frac" in r]
+    (oracle,) = [r for r in RunDir(tmp_path / "oracle").read_metrics() if "clip_frac" in r]
+    assert oracle["flops"] == grpo["flops"]
+    assert oracle["generated_tokens"] == grpo["generated_tokens"]
+    assert oracle["reference_flops"] > 0 and oracle["reference_generated_tokens"] > 0
+    assert oracle["value_rollouts"] == 2 * oracle["value_states"]
+    assert "reference_flops" not in grpo
+
+
+def test_only_a_reference_method_may_open_an_uncharged_block(nano_policy, tmp_path):
+    config = load_config(None, ["method=grpo", *overrides(nano_policy)])
+    trainer = Trainer(config, tmp_path / "refused")
+    trainer.build()
+    trainer.services.begin_step(0, reference_method=False)
+    with pytest.raises(RuntimeError, match="reference_passes"):
+        with trainer.services.reference_passes():
+            pass
+    trainer.services.begin_step(0, reference_method=True)
+    with trainer.services.reference_passes():
+        trainer.services.generate(["start at 1. add 2. work mod 100."], 2, rewards_only=True)
+    assert trainer.meter.flops == 0 and trainer.meter.reference["flops"] > 0

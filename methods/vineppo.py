@@ -1,0 +1,104 @@
+"""VinePPO: PPO whose advantages are Monte-Carlo values at every reasoning step.
+
+Paper: Kazemnejad, Aghajohari, Portelance, Sordoni, Reddy, Courville, Le Roux, "VinePPO:
+Refining Credit Assignment in RL Training of LLMs", arXiv 2410.01679 (2024). Code:
+McGill-NLP/VinePPO (``math_episode_generator_with_mc_advantages.py``, the ``*_vineppo_*``
+configs).
+
+Key equations (γ = 1, the reward at the end; s_k = the prompt and the response's first k steps;
+the estimator and its sharing are in :mod:`methods.values`):
+
+    V̂(s_k) = 1/K Σ_{j=1..K} R(τ_j),   τ_j ~ π(· | s_k)        (K rollouts from the state)
+    A_k = V̂(s_{k+1}) - V̂(s_k),   V̂(s_n) := R                  (the step's advantage)
+    A_t = A_k for every token t of step k, then whitened over the batch's tokens
+
+    L = PPO-clip(ρ_t, A_t), ε = 0.2, token mean over the batch, + 1e-4 · KL_k3(π || π_ref)
+
+There is no value network: the K continuations from each state are the critic. Identical
+states (the group's shared empty response) share their rollouts, as the code's unique value
+requests do. The rollouts are charged to the budget like every generation (no scoring pass:
+only their rewards are read).
+
+Deviations:
+    - K = 9 in the code (``episode_generators/9rolls.jsonnet``) is the default; the testbed
+      suites run fewer, stated where they set it.
+    - Steps are the task's steps (one line per step on the testbed, the answer line last), or
+      blank-line-delimited chunks where a task has no step checker (``steps``); the code cuts
+      at its ``reasoning_step_delimiter``.
+    - A rollout that runs past the generation limit, counted from the response's start,
+      scores 0 (the code's unfinished-response reward is 0 too).
+    - The code's learning-rate schedule (3% warm-up, linear decay), sampling temperature 0.6
+      and top-p 0.9 are run settings here, not the method's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from .base import CreditMethod, LossConfig, check_fields
+from .contract import Services
+from .core import RolloutBatch, masked_whiten
+from .registry import register_method
+from .rollouts import STEP_MODES, with_step_ids
+from .values import STATE_VALUES, exact_advantages, mc_state_values
+
+
+def vineppo_advantages(batch: RolloutBatch, values: Tensor | None, *, whiten: bool) -> Tensor:
+    """``[B, T]`` the step advantages V̂(s_{k+1}) - V̂(s_k) on each step's tokens, whitened over
+    the batch's response tokens when ``whiten``.
+
+    Args:
+        batch: a batch with ``step_ids`` ``[B, T]``.
+        values: ``[B, S]`` V̂(s_k) (:data:`STATE_VALUES`), or None (every state read at its
+            group's mean reward).
+    """
+    advantages = exact_advantages(batch, values)
+    return masked_whiten(advantages, batch.response_mask) if whiten else advantages
+
+
+@dataclass
+class VinePPOConfig(LossConfig):
+    """VinePPO hyper-parameters (loss fields inherited from `LossConfig`)."""
+
+    aggregation: str = "token-mean"
+    kl_coef: float = 1e-4
+    rollouts_per_state: int = 9
+    whiten: bool = True
+    steps: str = "auto"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields(
+            self,
+            [
+                (
+                    "rollouts_per_state",
+                    isinstance(self.rollouts_per_state, int) and self.rollouts_per_state >= 1,
+                    "must be an integer >= 1",
+                ),
+                ("steps", self.steps in STEP_MODES, f"must be one of {', '.join(STEP_MODES)}"),
+            ],
+        )
+
+
+@register_method("vineppo")
+class VinePPO(CreditMethod):
+    summary = "PPO with Monte-Carlo step values: K rollouts from every step boundary"
+    paper = "VinePPO: Refining Credit Assignment in RL Training of LLMs (arXiv 2410.01679)"
+    Config = VinePPOConfig
+    group_local = False  # whitening over the batch mixes groups
+    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    config: VinePPOConfig
+
+    def rollout(self, services: Services) -> RolloutBatch:
+        cfg = self.config
+        batch = with_step_ids(services.sample_batch(), services, cfg.steps)
+        values = mc_state_values(services, batch, cfg.rollouts_per_state)
+        batch.extras = {**(batch.extras or {}), STATE_VALUES: values}
+        return batch
+
+    def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
+        values = (batch.extras or {}).get(STATE_VALUES)
+        return vineppo_advantages(batch, values, whiten=self.config.whiten)

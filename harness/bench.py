@@ -7,6 +7,8 @@ A suite is a YAML file in ``harness/suites/`` (or any path)::
                              # of names and named variants:
                              #   {name: dapo_oppo, method: oppo, options: {base: dapo}}
     references: [oracle]     # reference methods to add ("all": every one), default none
+    method_options: {vineppo: {rollouts_per_state: 4}}   # options of a method wherever it
+                             # runs (a variant's own options win)
     seeds: [0, 1, 2]
     tasks:
       - name: chain
@@ -51,6 +53,7 @@ SUITE_KEYS = (
     "description",
     "methods",
     "references",
+    "method_options",
     "seeds",
     "tasks",
     "grid",
@@ -135,7 +138,19 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
         references = [n for n, cls in registry.items() if cls.reference]
     if not isinstance(methods, list) or not isinstance(references, list):
         raise SuiteError(f"{path}: methods and references are 'all' or a list of names")
-    entries = [method_entry(item, registry, path) for item in [*methods, *references]]
+    defaults = suite.get("method_options") or {}
+    if not isinstance(defaults, dict) or not all(
+        isinstance(v, dict) and k in registry for k, v in defaults.items()
+    ):
+        raise SuiteError(
+            f"{path}: method_options: a mapping of registered method names to option mappings"
+        )
+    entries = [
+        (name, method, {**defaults.get(method, {}), **options})
+        for name, method, options in (
+            method_entry(item, registry, path) for item in [*methods, *references]
+        )
+    ]
     names = [name for name, _, _ in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

@@ -95,6 +95,24 @@ def test_a_suite_runs_named_variants_of_a_method(tmp_path):
             expand_suite(load_suite(suite), suite)
 
 
+def test_suite_method_options_reach_every_run_of_that_method(tmp_path):
+    suite = tmp_path / "options.yaml"
+    suite.write_text(
+        "methods: [grpo, vineppo, {name: vine_two, method: vineppo,"
+        " options: {rollouts_per_state: 2}}]\n"
+        "method_options: {vineppo: {rollouts_per_state: 4, whiten: false}}\nseeds: [0]\n"
+    )
+    runs = {r.entry: r for r in expand_suite(load_suite(suite), suite)}
+    assert not any(o.startswith("method_options.") for o in runs["grpo"].overrides)
+    assert "method_options.rollouts_per_state=4" in runs["vineppo"].overrides
+    two = run_config(runs["vine_two"], tmp_path).method_options
+    assert two["rollouts_per_state"] == 2 and two["whiten"] is False  # its own options win
+    for text in ("method_options: {nosuch: {a: 1}}", "method_options: {grpo: 3}"):
+        suite.write_text("methods: [grpo]\n" + text + "\n")
+        with pytest.raises(SuiteError, match="method_options: a mapping of registered"):
+            expand_suite(load_suite(suite), suite)
+
+
 def test_only_selects_runs_by_glob_in_the_order_of_the_patterns(capsys):
     path = suite_path("standard")
     runs = expand_suite(load_suite(path), path)
@@ -109,7 +127,7 @@ def test_only_selects_runs_by_glob_in_the_order_of_the_patterns(capsys):
     argv = ["bench", "--suite", "standard", "--only", "chain-steps=6-grpo-s4", "--dry-run"]
     assert main([*argv, "--threads", "1"]) == 0
     out = capsys.readouterr().out
-    assert "240 runs, 1 selected by --only" in out and "1 threads" in out
+    assert f"{len(runs)} runs, 1 selected by --only" in out and "1 threads" in out
     assert out.count("] chain-steps=") == 1 and "] chain-steps=6-grpo-s4" in out
     assert main([*argv, "--threads", "0"]) == 2
     assert main(["bench", "--suite", "standard", "--only", "x", "--dry-run"]) == 2

@@ -24,6 +24,7 @@ def batch_statistics(batch: RolloutBatch, advantages: Tensor) -> dict[str, Any]:
     adv_std = masked_mean((advantages - adv_mean) ** 2, mask).sqrt()
     rewards = batch.rewards[torch.isfinite(batch.rewards)]
     truncated = batch.truncated
+    all_fail, mixed = group_outcome_shares(batch.rewards, batch.group_ids)
     return {
         "reward_mean": float(rewards.mean()) if rewards.numel() else float("nan"),
         "accuracy": float((rewards > 0.5).float().mean()) if rewards.numel() else 0.0,
@@ -33,7 +34,26 @@ def batch_statistics(batch: RolloutBatch, advantages: Tensor) -> dict[str, Any]:
         "adv_mean": float(adv_mean),
         "adv_std": float(adv_std),
         "adv_abs_mean": float(masked_mean(advantages.abs(), mask)),
+        "all_fail_frac": all_fail,
+        "mixed_frac": mixed,
     }
+
+
+def group_outcome_shares(rewards: Tensor, group_ids: Tensor) -> tuple[float, float]:
+    """The shares of the batch's groups (of two or more responses) in which every response
+    fails (reward <= 0.5; outcome credit is zero there) and in which outcomes are mixed."""
+    passed = (rewards > 0.5).float()
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    size = torch.zeros(groups).index_add_(0, inverse, torch.ones_like(passed))
+    wins = torch.zeros(groups).index_add_(0, inverse, passed)
+    real = size >= 2  # a group of one has no outcome contrast to lose
+    if not real.any():
+        return 0.0, 0.0
+    count = int(real.sum())
+    all_fail = int(((wins == 0) & real).sum()) / count
+    mixed = int(((wins > 0) & (wins < size) & real).sum()) / count
+    return all_fail, mixed
 
 
 def step_diagnostics(

@@ -7,9 +7,11 @@ without evaluations) is skipped with a warning that names the folder.
 
 The table (a pandas DataFrame) has two kinds of rows, told apart by ``kind``:
 
-- ``"eval"``: one per run and evaluation point, with ``budget_fraction`` and the evaluation
-  metrics (``sampled_accuracy``, ``greedy_accuracy``, ``pass_at_k``, ...);
-- ``"run"``: one per run (``budget_fraction`` empty) with ``final_accuracy``, ``auc`` (and
+- ``"eval"``: one per run and evaluation point, with ``budget_fraction``, ``responses_trained``
+  (responses the run had trained on by then) and the evaluation metrics (``sampled_accuracy``,
+  ``greedy_accuracy``, ``pass_at_k``, ...);
+- ``"run"``: one per run (``budget_fraction`` empty) with ``start_accuracy`` (at fraction 0),
+  ``final_accuracy``, ``auc`` (and
   ``final_<metric>``, ``auc_<metric>`` for each accuracy metric every evaluation has), the
   means of the step-level diagnostics (``credit_precision``, ``credit_auroc``, ``entropy``, ...)
   plus the filler entropy at the first and last logged step and its drift (last - first).
@@ -156,6 +158,20 @@ def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict]]:
     return config, evals, steps
 
 
+def trained_responses(steps: list[dict]):
+    """``step -> responses trained on in steps 1..step`` from the step records' ``responses``."""
+    counts = sorted(
+        (int(r["step"]), float(r["responses"]))
+        for r in steps
+        if isinstance(r.get("step"), int) and _finite(r.get("responses"))
+    )
+
+    def upto(step: int) -> float:
+        return sum(n for s, n in counts if s <= step)
+
+    return upto
+
+
 def _run_rows(rel: str, config: dict, evals: list[dict], steps: list[dict]) -> list[dict]:
     base = {
         "run": rel,
@@ -170,12 +186,15 @@ def _run_rows(rel: str, config: dict, evals: list[dict], steps: list[dict]) -> l
         else "greedy_accuracy"
     )
     rows = []
+    trained = trained_responses(steps)
     for entry in evals:
+        step = entry.get("step")
         row = {
             **base,
             "kind": "eval",
             "budget_fraction": entry["fraction"],
-            "step": entry.get("step"),
+            "step": step,
+            "responses_trained": trained(step) if isinstance(step, int) else math.nan,
         }
         row.update({k: entry[k] for k in EVAL_METRICS if _finite(entry.get(k))})
         rows.append(row)
@@ -186,6 +205,10 @@ def _run_rows(rel: str, config: dict, evals: list[dict], steps: list[dict]) -> l
             run_row[f"final_{name}"] = float(evals[-1][name])
             run_row[f"auc_{name}"] = trapezoid(fractions, [e[name] for e in evals])
     run_row["final_accuracy"] = run_row.get(f"final_{metric}", math.nan)
+    first = evals[0]
+    run_row["start_accuracy"] = (
+        float(first[metric]) if first["fraction"] == 0.0 and _finite(first.get(metric)) else math.nan
+    )
     run_row["auc"] = run_row.get(f"auc_{metric}", math.nan)
     run_row["steps"] = max((r["step"] for r in steps if isinstance(r.get("step"), int)), default=0)
     values: dict[str, list[float]] = {}

@@ -53,26 +53,74 @@ def _mean(runs: pd.DataFrame, method: str, column: str) -> float:
     return float(values.mean()) if len(values) else math.nan
 
 
-def _training_setting(setting: str) -> str:
-    """A setting label without the base policy's recipe (``bootstrap_options.*``).
 
-    Each chain length has its own base policy, and their recipes may differ; the rows are
-    compared by what the RL runs did (batch size, budget), and the base is part of the task.
-    """
-    parts = [p for p in setting.split(",") if p and not p.startswith("bootstrap_options.")]
-    return ",".join(parts) or "default"
+
+def auc_over_responses(xs: np.ndarray, ys: np.ndarray, horizon: float) -> float:
+    """Mean accuracy over trained responses ``0..horizon``: the area under the curve through
+    ``(xs, ys)`` (linear in between, cut at ``horizon``) divided by ``horizon``."""
+    if horizon <= 0 or len(xs) < 2:
+        return math.nan
+    grid = np.union1d(xs[xs < horizon], [horizon])
+    return float(np.trapezoid(np.interp(grid, xs, ys), grid) / horizon)
+
+
+def responses_to_reach(xs: np.ndarray, ys: np.ndarray, threshold: float) -> float:
+    """Trained responses at which the curve through ``(xs, ys)`` first reaches ``threshold``
+    (linear in between); infinity when it never does."""
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        if y >= threshold:
+            if i == 0:
+                return float(x)
+            x0, y0 = xs[i - 1], ys[i - 1]
+            return float(x0 + (threshold - y0) / (y - y0) * (x - x0))
+    return math.inf
+
+
+def _efficiency(evals: pd.DataFrame, group: pd.DataFrame, row: dict) -> dict[str, np.ndarray]:
+    """Per-seed efficiency figures of both methods, on the responses they trained on: the AUC
+    up to the horizon every run of the setting reached, and the responses to reach halfway
+    from the start to GRPO's final accuracy. Returns ``{figure_method: [per seed]}``."""
+    if "responses_trained" not in evals or "accuracy_metric" not in group:
+        return {}
+    curves = {}
+    for r in group.itertuples():
+        points = evals[evals["run"] == r.run].sort_values("budget_fraction")
+        metric = r.accuracy_metric
+        if metric not in points or points["responses_trained"].isna().any():
+            return {}
+        curves[(r.method, r.seed)] = (
+            points["responses_trained"].to_numpy(dtype=float),
+            points[metric].to_numpy(dtype=float),
+        )
+    if not curves:
+        return {}
+    horizon = min(xs[-1] for xs, _ in curves.values())
+    row["responses_horizon"] = horizon
+    start, goal = row["start_acc"], row[f"final_{BASELINE}"]
+    row["threshold"] = threshold = start + 0.5 * (goal - start)
+    out: dict[str, np.ndarray] = {}
+    for method in (BASELINE, ORACLE):
+        keys = sorted(k for k in curves if k[0] == method)
+        out[f"auc_responses_{method}"] = np.array(
+            [auc_over_responses(*curves[k], horizon) for k in keys]
+        )
+        out[f"reach_{method}"] = np.array([responses_to_reach(*curves[k], threshold) for k in keys])
+    return out
 
 
 def validation_table(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> pd.DataFrame:
     """One row per (task options, setting) of a :func:`collect_runs` table; see the module doc."""
     runs = table[table["kind"] == "run"].copy()
-    runs["setting"] = runs["setting"].map(_training_setting)
+    evals = table[table["kind"] == "eval"]
     rows = []
     for (options, setting), group in runs.groupby(["options", "setting"], sort=False):
         row: dict = {"options": options, "setting": setting}
         seeds = [set(group.loc[group["method"] == m, "seed"]) for m in (BASELINE, ORACLE)]
         group = group[group["seed"].isin(seeds[0] & seeds[1])]  # every figure over the pairs
+        row["seeds"] = len(seeds[0] & seeds[1])
+        row["start_acc"] = _mean(group, BASELINE, "start_accuracy")
         for method in (BASELINE, ORACLE):
+            row[f"auc_{method}"] = _mean(group, method, "auc")
             row[f"final_{method}"] = _mean(group, method, "final_accuracy")
             row[f"drift_{method}"] = _mean(group, method, "filler_entropy_drift")
             row[f"precision_{method}"] = _mean(group, method, "credit_precision")
@@ -84,12 +132,55 @@ def validation_table(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) ->
             row[f"{name}_pairs"] = interval.n
             row[f"{name}_separates"] = bool(interval.n >= 2 and interval.low > 0)
             row[f"{name}_reversed"] = bool(interval.n >= 2 and interval.high < 0)
+        figures = _efficiency(evals, group, row) if row["seeds"] else {}
+        if figures:
+            gaps = figures[f"auc_responses_{ORACLE}"] - figures[f"auc_responses_{BASELINE}"]
+            interval = bootstrap_interval(gaps[np.isfinite(gaps)], reps=reps, seed=seed)
+            row["auc_responses_gap"] = interval.point
+            row["auc_responses_low"], row["auc_responses_high"] = interval.low, interval.high
+            for method in (BASELINE, ORACLE):
+                row[f"reach_{method}"] = float(np.median(figures[f"reach_{method}"]))
         rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:
         return out
     order = sorted(range(len(out)), key=lambda i: natural_key(f"{out.setting[i]} {out.options[i]}"))
     return out.iloc[order].reset_index(drop=True)
+
+
+CSV_COLUMNS = {  # validation.csv column: validation_table column
+    "setting": None,
+    "seeds": "seeds",
+    "start_acc": "start_acc",
+    "grpo_auc": "auc_grpo",
+    "oracle_auc": "auc_oracle",
+    "gain_auc": "auc_gap",
+    "gain_auc_lo": "auc_low",
+    "gain_auc_hi": "auc_high",
+    "gain_final": "final_gap",
+    "gain_final_lo": "final_low",
+    "gain_final_hi": "final_high",
+    "gain_auc_responses": "auc_responses_gap",
+    "gain_auc_responses_lo": "auc_responses_low",
+    "gain_auc_responses_hi": "auc_responses_high",
+    "threshold": "threshold",
+    "grpo_responses_to_threshold": "reach_grpo",
+    "oracle_responses_to_threshold": "reach_oracle",
+}
+
+
+def validation_csv(rows: pd.DataFrame) -> str:
+    """``validation.csv``: one row per setting, the columns of :data:`CSV_COLUMNS` (gains are
+    oracle - GRPO with 95% paired bootstrap intervals; AUC over budget fractions, and over
+    trained responses up to the horizon every run reached; responses to reach halfway from the
+    start to GRPO's final accuracy, medians over seeds)."""
+    out = pd.DataFrame(index=rows.index)
+    for column, source in CSV_COLUMNS.items():
+        if source is None:
+            out[column] = [f"{r.options} {r.setting}" for r in rows.itertuples()]
+        else:
+            out[column] = rows[source] if source in rows else math.nan
+    return out.to_csv(index=False, float_format="%.4f")
 
 
 def _chain_length(options: str) -> int | None:
@@ -115,10 +206,19 @@ def _fmt(value: float, digits: int = 3) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:+.{digits}f}"
 
 
-def validation_markdown(results_dir: str | Path, *, reps: int = 2000) -> str:
-    """The validation report of a results directory, as markdown."""
+def validation_report(results_dir: str | Path, *, reps: int = 2000) -> tuple[str, str]:
+    """``(validation.md, validation.csv)`` of a results directory."""
     table, warnings = collect_runs(results_dir)
     rows = validation_table(table, reps=reps)
+    return _markdown(rows, warnings), validation_csv(rows) if not rows.empty else ""
+
+
+def validation_markdown(results_dir: str | Path, *, reps: int = 2000) -> str:
+    """The validation report of a results directory, as markdown."""
+    return validation_report(results_dir, reps=reps)[0]
+
+
+def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
     lines = ["# Validation: oracle credit against GRPO at equal FLOPs", ""]
     if rows.empty:
         return "\n".join([*lines, "No finished runs of grpo and oracle were found.", ""])

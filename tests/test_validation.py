@@ -63,28 +63,29 @@ def test_unpaired_seeds_are_left_out():
     assert row.final_oracle == pytest.approx(0.30)
 
 
-def test_base_recipe_is_not_a_setting_and_the_length_trend_reads_lengths():
+def test_a_base_recipe_is_a_setting_and_the_length_trend_reads_lengths():
+    """A base policy stopped early (``bootstrap_options.steps``) is the hard regime: its rows
+    stay apart from the default's, and each regime has its own length trend."""
     rows = []
     for length, gap, setting in (
-        (4, 0.01, "bootstrap_options.steps=600,"),
-        (6, 0.03, "bootstrap_options.steps=600,"),
-        (12, 0.08, ""),
+        (4, 0.01, "bootstrap_options.steps=400,"),
+        (6, 0.03, "bootstrap_options.steps=400,"),
+        (12, 0.08, "bootstrap_options.steps=400,"),
+        (4, 0.02, ""),
     ):
-        rows += run_rows(
-            f"steps={length}", f"{setting}prompts_per_step=4", "grpo", [0.3, 0.4], [0.3, 0.4]
-        )
-        rows += run_rows(
-            f"steps={length}",
-            f"{setting}prompts_per_step=4",
-            "oracle",
-            [0.3 + gap, 0.4 + gap],
-            [0.3 + gap, 0.4 + gap],
-        )
+        for method, shift in (("grpo", 0.0), ("oracle", gap)):
+            finals = [0.3 + shift, 0.4 + shift]
+            rows += run_rows(f"steps={length}", f"{setting}prompts_per_step=4", method, finals, finals)
     result = validation_table(pd.DataFrame(rows), reps=200)
-    assert set(result["setting"]) == {"prompts_per_step=4"}
-    assert list(result["options"]) == ["steps=4", "steps=6", "steps=12"]  # natural order
+    hard = "bootstrap_options.steps=400,prompts_per_step=4"
+    assert set(result["setting"]) == {hard, "prompts_per_step=4"}
+    assert list(result.loc[result["setting"] == hard, "options"]) == [
+        "steps=4",
+        "steps=6",
+        "steps=12",
+    ]  # natural order
     setting, trend = length_trend(result)
-    assert setting == "prompts_per_step=4"
+    assert setting == hard
     assert [n for n, _ in trend] == [4, 6, 12]
     assert [g for _, g in trend] == pytest.approx([0.01, 0.03, 0.08])
 
@@ -115,3 +116,53 @@ def test_grpo_ahead_beyond_noise_is_reported_not_hidden(monkeypatch, tmp_path):
     assert "-0.040 [-0.040, -0.040] †" in report
     assert "**Reversed:** GRPO is ahead of oracle credit beyond noise at: steps=4" in report
     assert "**Does not separate:**" in report  # nothing is ahead in oracle's favour
+
+
+def test_efficiency_on_trained_responses_and_the_csv():
+    import numpy as np
+
+    from creditbench.leaderboard.validation import (
+        CSV_COLUMNS,
+        auc_over_responses,
+        responses_to_reach,
+        validation_csv,
+    )
+
+    xs, ys = np.array([0.0, 100.0, 200.0]), np.array([0.2, 0.4, 0.4])
+    assert auc_over_responses(xs, ys, 200.0) == pytest.approx((0.3 * 100 + 0.4 * 100) / 200)
+    assert auc_over_responses(xs, ys, 100.0) == pytest.approx(0.3)  # cut at the horizon
+    assert responses_to_reach(xs, ys, 0.3) == pytest.approx(50.0)
+    assert responses_to_reach(xs, ys, 0.5) == float("inf")
+
+    rows, evals = [], []
+    for method, slope in (("grpo", 0.001), ("oracle", 0.002)):
+        for seed in range(3):
+            run = f"{method}-s{seed}"
+            responses = [0.0, 100.0, 200.0 if method == "grpo" else 150.0]
+            accs = [0.2 + slope * r for r in responses]
+            rows.append(
+                {
+                    "kind": "run", "run": run, "method": method, "task": "chain",
+                    "options": "steps=4", "setting": "default", "seed": seed,
+                    "final_accuracy": accs[-1], "auc": float(np.mean(accs)),
+                    "start_accuracy": accs[0], "accuracy_metric": "sampled_accuracy",
+                }
+            )  # fmt: skip
+            evals += [
+                {
+                    "kind": "eval", "run": run, "method": method, "budget_fraction": f,
+                    "responses_trained": r, "sampled_accuracy": a,
+                }
+                for f, r, a in zip((0.0, 0.5, 1.0), responses, accs, strict=True)
+            ]  # fmt: skip
+    (row,) = validation_table(pd.DataFrame(rows + evals), reps=200).itertuples()
+    assert row.seeds == 3 and row.start_acc == pytest.approx(0.2)
+    assert row.responses_horizon == 150.0  # the oracle's runs trained on fewer responses
+    assert row.threshold == pytest.approx(0.2 + 0.5 * 0.2)  # halfway to GRPO's final 0.4
+    assert row.reach_grpo == pytest.approx(100.0) and row.reach_oracle == pytest.approx(50.0)
+    # on 0..150 responses: GRPO averages 0.275, the oracle 0.35
+    assert row.auc_responses_gap == pytest.approx(0.075)
+    text = validation_csv(validation_table(pd.DataFrame(rows + evals), reps=200))
+    header, line = text.strip().splitlines()
+    assert header.split(",") == list(CSV_COLUMNS)
+    assert line.startswith("steps=4 default,3,0.2000,")

@@ -2,7 +2,7 @@
 directory (every finished run below it) as leaderboard.md, .csv, .html and PNG plots.
 
 ``creditbench validate``: run the ``validation`` suite (oracle credit against GRPO) and write
-its report, ``validation.md``, beside the runs."""
+its report, ``validation.md``, and one row per setting, ``validation.csv``, beside the runs."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from creditbench.harness.bench import SuiteError, run_suite, suite_path
-    from creditbench.leaderboard.validation import validation_markdown
+    from creditbench.leaderboard.validation import validation_report
 
     results = Path(args.results or "runs/bench-validation")
     if args.report_only:
@@ -43,8 +43,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             return usage_error("validate", str(err))
         if code != 0:
             print("creditbench validate: some runs failed; the report covers the finished ones")
-    report = validation_markdown(results, reps=args.reps)
+    report, table = validation_report(results, reps=args.reps)
     (results / "validation.md").write_text(report, encoding="utf-8")
+    if table:
+        (results / "validation.csv").write_text(table, encoding="utf-8")
     print(report)
     return 0
 

@@ -11,6 +11,9 @@ This sampler computes the same model with fewer, larger ops:
 - the rotary tables of every position computed once per call by the model's own rotary
   module, so every RoPE variant the model supports is honoured;
 - decode attention as two small matmuls over the cache; the prompt's prefill through SDPA;
+- rows that continue the same context (the n samples of a prompt, the continuations of one
+  state) share one prefill, and decode attention reads that context's cache once for all of
+  them (one batched matmul over a grid of contexts x rows), not once per row;
 - rows that have finished dropped from the cache once a quarter of them has.
 
 It draws exactly as ``generate(do_sample=True, top_k=0)`` does: temperature, then top-p
@@ -109,7 +112,14 @@ def rotate_half_matrix(head_dim: int, like: Tensor) -> Tensor:
 class _Decoder:
     """The model as plain functions over a preallocated cache for ``rows`` x ``length``."""
 
-    def __init__(self, model: Any, rows: int, length: int, positions: Tensor) -> None:
+    def __init__(
+        self,
+        model: Any,
+        rows: int,
+        length: int,
+        positions: Tensor,
+        context: tuple[_Decoder, Tensor, Tensor] | None = None,
+    ) -> None:
         config = model.config
         self.eps = config.rms_norm_eps
         self.heads = config.num_attention_heads
@@ -122,17 +132,32 @@ class _Decoder:
         self.norm, self.head = inner.norm.weight, model.lm_head.weight
         dtype = self.embed.dtype
         shape = (len(self.layers), rows, self.kv_heads, length, self.head_dim)
-        self.keys = torch.zeros(shape, dtype=dtype, device=self.embed.device)
-        self.values = torch.zeros(shape, dtype=dtype, device=self.embed.device)
+        # every position is written before it is read: no need to zero gigabytes of cache
+        self.keys = torch.empty(shape, dtype=dtype, device=self.embed.device)
+        self.values = torch.empty(shape, dtype=dtype, device=self.embed.device)
+        # (context decoder, [rows] its row, [rows] slot among the rows of that context): the
+        # rows continue shared contexts kept once in the context decoder's cache
+        self.context = context
         probe = torch.zeros(1, dtype=dtype, device=self.embed.device)
         cos, sin = inner.rotary_emb(probe, positions)  # [rows, length, head_dim]
         self.cos, self.sin = cos.unsqueeze(1), sin.unsqueeze(1)
         self.rotate_half = rotate_half_matrix(self.head_dim, self.embed)
 
-    def keep_rows(self, keep: Tensor) -> None:
-        """Drop the cache rows where ``keep`` ``[rows]`` is False (finished responses)."""
-        self.keys, self.values = self.keys[:, keep], self.values[:, keep]
+    def keep_rows(self, keep: Tensor, filled: int) -> None:
+        """Drop the cache rows where ``keep`` ``[rows]`` is False (finished responses); only
+        the first ``filled`` positions hold anything yet, so only they are copied."""
+        index = keep.nonzero().squeeze(-1)
+
+        def kept(cache: Tensor) -> Tensor:
+            new = cache.new_empty(cache.shape[0], len(index), *cache.shape[2:])
+            new[:, :, :, :filled] = cache[:, :, :, :filled].index_select(1, index)
+            return new
+
+        self.keys, self.values = kept(self.keys), kept(self.values)
         self.cos, self.sin = self.cos[keep], self.sin[keep]
+        if self.context is not None:
+            shared, row, slot = self.context
+            self.context = (shared, row[keep], slot[keep])
 
     def _rms(self, x: Tensor, weight: Tensor | None) -> Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
@@ -153,7 +178,9 @@ class _Decoder:
         self.keys[i, :, :, start:end] = k
         self.values[i, :, :, start:end] = v.view(rows, width, kv, d).transpose(1, 2)
         keys, values = self.keys[i, :, :, :end], self.values[i, :, :, :end]
-        if width == 1:  # decode: [rows, kv, heads per kv, 1 x end] scores, two small matmuls
+        if width == 1 and self.context is not None:
+            out = self._attend_with_context(i, q.reshape(rows, kv, h // kv, d), keys, values, mask)
+        elif width == 1:  # decode: [rows, kv, heads per kv, 1 x end] scores, two small matmuls
             grouped = q.reshape(rows, kv, h // kv, d)
             scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scale
             scores = scores.masked_fill(~mask, float("-inf"))
@@ -166,6 +193,37 @@ class _Decoder:
         x = x + F.linear(out.transpose(1, 2).reshape(rows, width, h * d), w["o"])
         gate, up = F.linear(self._rms(x, w["ln2"]), w["gate_up"]).chunk(2, -1)
         return x + F.linear(F.silu(gate) * up, w["down"])
+
+    def _attend_with_context(
+        self, i: int, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor
+    ) -> Tensor:
+        """Decode attention over a shared context and the row's own tokens, one softmax.
+
+        ``q`` ``[rows, kv, g, d]``; ``keys``/``values`` the row's own ``[rows, kv, t, d]``;
+        ``mask`` ``[rows, 1, 1, C + t]`` (context positions first). The context keys are
+        read once per context, not once per row: queries are laid out on a grid ``[contexts,
+        slots]`` so that one batched matmul serves every row of a context.
+        """
+        shared, row, slot = self.context  # type: ignore[misc]
+        rows, kv, g, d = q.shape
+        ctx_keys, ctx_values = shared.keys[i], shared.values[i]  # [contexts, kv, C, d]
+        contexts, width = ctx_keys.shape[0], ctx_keys.shape[2]
+        slots = int(slot.max()) + 1
+        grid = q.new_zeros(contexts, slots, kv, g, d)
+        grid[row, slot] = q
+        grid = grid.permute(0, 2, 1, 3, 4).reshape(contexts, kv, slots * g, d)
+        ctx_scores = torch.matmul(grid, ctx_keys.transpose(-1, -2))  # [contexts, kv, s*g, C]
+        ctx_scores = ctx_scores.view(contexts, kv, slots, g, width).permute(0, 2, 1, 3, 4)
+        own_scores = torch.matmul(q, keys.transpose(-1, -2))  # [rows, kv, g, t]
+        scores = torch.cat([ctx_scores[row, slot], own_scores], -1) * self.scale
+        probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)
+        ctx_probs, own_probs = probs.split([width, keys.shape[2]], -1)
+        spread = probs.new_zeros(contexts, slots, kv, g, width)
+        spread[row, slot] = ctx_probs
+        spread = spread.permute(0, 2, 1, 3, 4).reshape(contexts, kv, slots * g, width)
+        from_ctx = torch.matmul(spread, ctx_values).view(contexts, kv, slots, g, d)
+        out = from_ctx.permute(0, 2, 1, 3, 4)[row, slot] + torch.matmul(own_probs, values)
+        return out.reshape(rows, kv * g, 1, d)
 
     def logits(self, ids: Tensor, start: int, mask: Tensor) -> Tensor:
         """Float32 logits ``[rows, V]`` of the last of ``ids`` ``[rows, width]`` at ``start``."""
@@ -183,23 +241,19 @@ def top_p_filter(scores: Tensor, top_p: float) -> Tensor:
     return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
 
 
-def _prefill(
-    model: Any, decoder: _Decoder, ids: Tensor, mask: Tensor, positions: Tensor, prefill: Tensor
-) -> Tensor:
-    """Fill ``decoder``'s cache with the prompts and return the first logits ``[B, V]``. Rows
-    with the same prompt (the ``n`` samples of one) share one prefill, expanded after."""
-    contexts, inverse = torch.unique(torch.cat([ids, mask.long()], 1), dim=0, return_inverse=True)
-    if len(contexts) == len(ids):
-        return decoder.logits(ids, 0, prefill)
-    rows = torch.arange(len(ids), device=ids.device)
-    first = torch.full((len(contexts),), len(ids), device=ids.device)
+def _context_slots(inverse: Tensor) -> tuple[Tensor, Tensor]:
+    """``([contexts] first row of each context, [rows] each row's rank among its context's)``
+    from ``inverse`` ``[rows]``, the context of every row."""
+    rows = torch.arange(len(inverse), device=inverse.device)
+    count = int(inverse.max()) + 1
+    first = torch.full((count,), len(inverse), device=inverse.device)
     first = first.scatter_reduce(0, inverse, rows, "amin")
-    width = ids.shape[1]
-    shared = _Decoder(model, len(first), width, positions[first])
-    logits = shared.logits(ids[first], 0, prefill[first])
-    decoder.keys[:, :, :, :width] = shared.keys[:, inverse]
-    decoder.values[:, :, :, :width] = shared.values[:, inverse]
-    return logits[inverse]
+    order = torch.argsort(inverse, stable=True)
+    sizes = torch.bincount(inverse, minlength=count)
+    starts = torch.cumsum(sizes, 0) - sizes
+    slot = torch.empty_like(inverse)
+    slot[order] = rows - starts[inverse[order]]
+    return first, slot
 
 
 @torch.no_grad()
@@ -222,14 +276,27 @@ def generate(
     real = attention_mask.bool()
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     ahead = positions[:, -1:] + 1 + torch.arange(max_new_tokens, device=device)
-    decoder = _Decoder(model, rows, width + max_new_tokens, torch.cat([positions, ahead], 1))
     causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
     # a pad query sees itself only: no row of the mask is empty (SDPA would give NaN)
     eye = torch.eye(width, dtype=torch.bool, device=device)
     prefill = ((causal & real[:, None, :]) | eye)[:, None]
     ahead_visible = torch.ones(rows, max_new_tokens, dtype=torch.bool, device=device)
     visible = torch.cat([real, ahead_visible], 1)
-    logits = _prefill(model, decoder, input_ids, attention_mask, positions, prefill)
+    # Rows with the same prompt (the n samples of one, the continuations of one state) share
+    # one prefill, and their decode attention reads its cache once per context.
+    contexts, inverse = torch.unique(
+        torch.cat([input_ids, attention_mask.long()], 1), dim=0, return_inverse=True
+    )
+    if len(contexts) < rows:
+        first, slot = _context_slots(inverse)
+        shared = _Decoder(model, len(first), width, positions[first])
+        logits = shared.logits(input_ids[first], 0, prefill[first])[inverse]
+        decoder = _Decoder(model, rows, max_new_tokens, ahead, context=(shared, inverse, slot))
+        offset = 0  # the row caches hold the new tokens only
+    else:
+        decoder = _Decoder(model, rows, width + max_new_tokens, torch.cat([positions, ahead], 1))
+        logits = decoder.logits(input_ids, 0, prefill)
+        offset = width
     out = torch.full((rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     cached = torch.arange(rows, device=device)  # the rows the decoder still computes
@@ -251,11 +318,10 @@ def generate(
         if 4 * int(finished[cached].sum()) >= len(cached):  # a quarter done: stop computing them
             keep = ~finished[cached]
             cached = cached[keep]
-            decoder.keep_rows(keep)
+            decoder.keep_rows(keep, filled=offset + t)
             visible = visible[keep]
-        start = width + t
-        mask = visible[:, None, None, : start + 1]
-        computed = decoder.logits(tokens[cached, None], start, mask)
+        mask = visible[:, None, None, : width + t + 1]
+        computed = decoder.logits(tokens[cached, None], offset + t, mask)
         logits = torch.zeros(rows, computed.shape[-1], device=device).index_copy_(
             0, cached, computed
         )

@@ -18,7 +18,8 @@ A suite is a YAML file in ``harness/suites/`` (or any path)::
 
 A task entry may also carry its own ``grid`` (replacing the suite's for that entry) and
 ``settings`` (added to the suite's), so one suite can sweep lengths at one batch size and batch
-sizes at one length.
+sizes at one length, and a ``label`` that names its runs (``chain-hard-steps=8-grpo-s0``): two
+entries of one task that differ only in their settings (a base policy stopped earlier) need one.
     budget: {unit: flops, amount: 2.0e13}
 
 Each run is a ``creditbench train`` subprocess with its threads set explicitly, writing
@@ -167,17 +168,21 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
     for task in tasks:
         if not isinstance(task, dict) or "name" not in task:
             raise SuiteError(f"{path}: tasks: each entry needs a name")
-        unknown = set(task) - {"name", "options", "grid", "settings"}
+        unknown = set(task) - {"name", "label", "options", "grid", "settings"}
         if unknown:
             raise SuiteError(
-                f"{path}: tasks: unknown key {sorted(unknown)[0]!r}; known: name, options, "
-                "grid, settings"
+                f"{path}: tasks: unknown key {sorted(unknown)[0]!r}; known: name, label, "
+                "options, grid, settings"
             )
+        tag = task.get("label", "")
+        if tag and not re.fullmatch(r"[a-z][a-z0-9]*", str(tag)):
+            raise SuiteError(f"{path}: tasks: a label is a-z, 0-9 (got {tag!r})")
         task_grid = _sweep(dict(task["grid"] or {})) if "grid" in task else grid
         task_fixed = {**fixed, **(task.get("settings") or {})}
         for options in _sweep(dict(task.get("options") or {})):
             for point in task_grid:
-                label = "-".join(x for x in (task["name"], _slug(options), _slug(point)) if x)
+                parts = (task["name"], tag, _slug(options), _slug(point))
+                label = "-".join(x for x in parts if x)
                 for entry, method, method_options in entries:
                     for seed in seeds:
                         settings = {**task_fixed, **point, "task_options": options}
@@ -196,6 +201,13 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
                                 entry=entry,
                             )
                         )
+    names = [run.name for run in runs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SuiteError(
+            f"{path}: tasks: two runs are both named {twice[0]!r}; give the task entries "
+            "that differ only in their settings a label"
+        )
     return runs
 
 

@@ -113,6 +113,24 @@ def test_suite_method_options_reach_every_run_of_that_method(tmp_path):
             expand_suite(load_suite(suite), suite)
 
 
+def test_task_entries_that_differ_only_in_settings_need_a_label(tmp_path):
+    suite = tmp_path / "regimes.yaml"
+    entries = (
+        "  - {name: chain, options: {steps: 8}}\n"
+        "  - {name: chain, LABEL options: {steps: 8}, settings: {bootstrap_options.steps: 400}}\n"
+    )
+    suite.write_text("methods: [grpo]\ntasks:\n" + entries.replace("LABEL ", ""))
+    with pytest.raises(SuiteError, match="both named 'chain-steps=8-grpo-s0'"):
+        expand_suite(load_suite(suite), suite)
+    suite.write_text("methods: [grpo]\ntasks:\n" + entries.replace("LABEL", "label: hard,"))
+    runs = expand_suite(load_suite(suite), suite)
+    assert [r.name for r in runs] == ["chain-steps=8-grpo-s0", "chain-hard-steps=8-grpo-s0"]
+    assert "bootstrap_options.steps=400" in runs[1].overrides
+    suite.write_text("methods: [grpo]\ntasks:\n" + entries.replace("LABEL", "label: Hard-1,"))
+    with pytest.raises(SuiteError, match="a label is a-z, 0-9"):
+        expand_suite(load_suite(suite), suite)
+
+
 def test_only_selects_runs_by_glob_in_the_order_of_the_patterns(capsys):
     path = suite_path("standard")
     runs = expand_suite(load_suite(path), path)

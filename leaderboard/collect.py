@@ -207,7 +207,9 @@ def _run_rows(rel: str, config: dict, evals: list[dict], steps: list[dict]) -> l
     run_row["final_accuracy"] = run_row.get(f"final_{metric}", math.nan)
     first = evals[0]
     run_row["start_accuracy"] = (
-        float(first[metric]) if first["fraction"] == 0.0 and _finite(first.get(metric)) else math.nan
+        float(first[metric])
+        if first["fraction"] == 0.0 and _finite(first.get(metric))
+        else math.nan
     )
     run_row["auc"] = run_row.get(f"auc_{metric}", math.nan)
     run_row["steps"] = max((r["step"] for r in steps if isinstance(r.get("step"), int)), default=0)

@@ -53,8 +53,6 @@ def _mean(runs: pd.DataFrame, method: str, column: str) -> float:
     return float(values.mean()) if len(values) else math.nan
 
 
-
-
 def auc_over_responses(xs: np.ndarray, ys: np.ndarray, horizon: float) -> float:
     """Mean accuracy over trained responses ``0..horizon``: the area under the curve through
     ``(xs, ys)`` (linear in between, cut at ``horizon``) divided by ``horizon``."""

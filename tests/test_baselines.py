@@ -371,8 +371,9 @@ def test_concat_batches_pads_and_keeps_groups_apart() -> None:
     assert (out.response_ids[:3, 3:] == 0).all() and (out.response_mask[:3, 3:] == 0).all()
     assert (out.step_ids[:3, 3:] == -1).all()
     assert torch.equal(out.response_mask[3:], b.response_mask)
-    for key in a.extras:
-        assert torch.equal(out.extras[key][:3, :3], a.extras[key])
+    for key, value in a.extras.items():  # [B, T] masks padded, [B] extras (problem_index) kept
+        kept = out.extras[key][:3, :3] if value.dim() == 2 else out.extras[key][:3]
+        assert torch.equal(kept, value)
     # prompts: originals on the right, zeros on the left
     assert torch.equal(out.prompt_ids[3:, 1:], b.prompt_ids)
     assert (out.prompt_ids[3:, 0] == 0).all() and (out.prompt_mask[3:, 0] == 0).all()

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditbench.methods.contract import STEP_TRUTH_KEYS
+from creditbench.methods.contract import PROBLEM_INDEX, STEP_TRUTH_KEYS
 from creditbench.methods.core import RolloutBatch
 
 from strategies import (
@@ -27,10 +27,15 @@ def test_batches_are_valid_and_their_step_ground_truth_consistent(batch: Rollout
     # Right padding: the mask is a prefix of ones.
     assert torch.equal(mask, (torch.arange(mask.shape[-1]) < lengths.unsqueeze(-1)).float())
     assert (batch.old_logprobs < 0).all()
-    assert set(batch.extras) == set(STEP_TRUTH_KEYS)
+    assert set(batch.extras) == {*STEP_TRUTH_KEYS, PROBLEM_INDEX}
+    # one problem per group, as a graded batch carries it
+    index = batch.extras[PROBLEM_INDEX]
+    for label in batch.group_ids.unique():
+        assert len(index[batch.group_ids == label].unique()) == 1
     first, after = batch.extras["first_wrong_mask"], batch.extras["after_wrong_mask"]
     wrong, filler = batch.extras["wrong_step_mask"], batch.extras["filler_mask"]
-    for extra in batch.extras.values():
+    for key in STEP_TRUTH_KEYS:
+        extra = batch.extras[key]
         assert ((extra == 0) | (mask == 1)).all(), "ground truth outside the response"
     steps = batch.step_ids
     assert torch.equal(steps < 0, mask == 0)

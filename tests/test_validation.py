@@ -75,7 +75,9 @@ def test_a_base_recipe_is_a_setting_and_the_length_trend_reads_lengths():
     ):
         for method, shift in (("grpo", 0.0), ("oracle", gap)):
             finals = [0.3 + shift, 0.4 + shift]
-            rows += run_rows(f"steps={length}", f"{setting}prompts_per_step=4", method, finals, finals)
+            rows += run_rows(
+                f"steps={length}", f"{setting}prompts_per_step=4", method, finals, finals
+            )
     result = validation_table(pd.DataFrame(rows), reps=200)
     hard = "bootstrap_options.steps=400,prompts_per_step=4"
     assert set(result["setting"]) == {hard, "prompts_per_step=4"}

@@ -230,9 +230,7 @@ class HarnessServices:
         index = None
         if problem_index is not None:
             index = torch.as_tensor(problem_index, dtype=torch.long)[samples.prompt_index]
-        batch = self.batches.from_samples(
-            samples, index, group_offset=0, rewards_only=rewards_only
-        )
+        batch = self.batches.from_samples(samples, index, group_offset=0, rewards_only=rewards_only)
         if prefix_ids is not None:
             widths = torch.tensor([len(p) for p in prefix_ids])[samples.prompt_index]
             positions = torch.arange(batch.response_ids.shape[1])

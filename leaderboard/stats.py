@@ -23,7 +23,9 @@ Per method and task (a *group* is one task, task options and setting; see
   Overlap of 95% intervals is a conservative test (it misses some real differences, it does
   not invent any); with degenerate intervals only exact ties share a rank.
 - **positions between GRPO (0) and oracle credit (1)**: ``(x - x_grpo) / (x_oracle - x_grpo)``
-  for the mean AUC (*learning speed*) and the mean credit AUROC (*credit score*, see
+  for the mean AUC over trained responses (*learning speed* at equal samples, up to the
+  horizon every run of the setting reached; the AUC over budget fractions for runs without
+  response counts) and the mean credit AUROC (*credit score*, see
   :mod:`harness.diagnostics.credit`); undefined (None, shown n/a) when either end is missing, when
   oracle credit is not ahead of GRPO (``x_oracle - x_grpo < 1e-6``) and, with two or more
   seeds of each, when it is not significantly ahead (the bootstrap 95% interval of the
@@ -227,6 +229,51 @@ def _seed_values(runs: pd.DataFrame, method: str, column: str) -> np.ndarray:
     return runs.loc[runs["method"] == method, column].to_numpy(dtype=float)
 
 
+def auc_over_responses(xs: np.ndarray, ys: np.ndarray, horizon: float) -> float:
+    """Mean accuracy over trained responses ``0..horizon``: the area under the curve through
+    ``(xs, ys)`` (linear in between, cut at ``horizon``) divided by ``horizon``."""
+    if horizon <= 0 or len(xs) < 2:
+        return math.nan
+    grid = np.union1d(xs[xs < horizon], [horizon])
+    return float(np.trapezoid(np.interp(grid, xs, ys), grid) / horizon)
+
+
+def responses_to_reach(xs: np.ndarray, ys: np.ndarray, threshold: float) -> float:
+    """Trained responses at which the curve through ``(xs, ys)`` first reaches ``threshold``
+    (linear in between); infinity when it never does."""
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        if y >= threshold:
+            if i == 0:
+                return float(x)
+            x0, y0 = xs[i - 1], ys[i - 1]
+            return float(x0 + (threshold - y0) / (y - y0) * (x - x0))
+    return math.inf
+
+
+def with_response_auc(group: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
+    """``group`` (run rows of one setting) with ``auc_responses``: each run's mean accuracy
+    over trained responses up to the horizon every run of the setting reached, so that
+    methods that train on fewer responses per FLOP (charged value rollouts) are compared at
+    equal samples. NaN throughout when an evaluation lacks ``responses_trained``."""
+    group = group.copy()
+    curves = {}
+    for r in group.itertuples():
+        points = evals[evals["run"] == r.run].sort_values("budget_fraction")
+        metric = getattr(r, "accuracy_metric", "sampled_accuracy")
+        if "responses_trained" not in points or metric not in points or points.empty:
+            group["auc_responses"] = math.nan
+            return group
+        xs = points["responses_trained"].to_numpy(dtype=float)
+        ys = points[metric].to_numpy(dtype=float)
+        if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
+            group["auc_responses"] = math.nan
+            return group
+        curves[r.run] = (xs, ys)
+    horizon = min(xs[-1] for xs, _ in curves.values()) if curves else 0.0
+    group["auc_responses"] = [auc_over_responses(*curves[run], horizon) for run in group["run"]]
+    return group
+
+
 def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[str, pd.DataFrame]:
     """Per-method statistics of a :func:`collect_runs` table.
 
@@ -240,6 +287,7 @@ def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[s
     curve_rows: list[dict] = []
     for key, group in ordered_groups(runs):
         metric, final_col, auc_col = _accuracy_columns(group)
+        group = with_response_auc(group, evals)
         methods = sorted(group["method"].unique())
         rows: dict[str, dict] = {}
         iqm_final: dict[str, Interval] = {}
@@ -261,7 +309,7 @@ def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[s
                     gain = difference_interval(values, base, reps=reps, seed=seed)
                     row[f"gain_{name}"], row[f"gain_{name}_low"] = gain.point, gain.low
                     row[f"gain_{name}_high"] = gain.high
-            for column in DIAGNOSTICS:
+            for column in (*DIAGNOSTICS, "auc_responses"):
                 values = _seed_values(group, method, column)
                 if np.isfinite(values).any():
                     iv = bootstrap_interval(values, "mean", reps=reps, seed=seed)
@@ -275,8 +323,10 @@ def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[s
             for method, (rank, shared) in rank_groups(intervals).items():
                 rows[method][f"rank_{name}"] = rank
                 rows[method][f"rank_{name}_shared"] = shared
+        # learning speed at equal trained responses, where every run has them; else per FLOP
+        speed = "auc_responses" if np.isfinite(group["auc_responses"]).all() else None
         for column, seed_column, label in (
-            ("auc_mean", auc_col, "speed_position"),
+            ("auc_responses" if speed else "auc_mean", speed or auc_col, "speed_position"),
             ("credit_auroc", "credit_auroc", "credit_position"),
         ):
             ends = [rows[m].get(column) if m in rows else None for m in (BASELINE, ORACLE)]

@@ -31,7 +31,13 @@ import numpy as np
 import pandas as pd
 
 from .collect import collect_runs
-from .stats import Interval, bootstrap_interval, natural_key
+from .stats import (
+    Interval,
+    auc_over_responses,
+    bootstrap_interval,
+    natural_key,
+    responses_to_reach,
+)
 
 BASELINE, ORACLE = "grpo", "oracle"
 
@@ -51,27 +57,6 @@ def _mean(runs: pd.DataFrame, method: str, column: str) -> float:
         return math.nan
     values = runs.loc[runs["method"] == method, column].dropna()
     return float(values.mean()) if len(values) else math.nan
-
-
-def auc_over_responses(xs: np.ndarray, ys: np.ndarray, horizon: float) -> float:
-    """Mean accuracy over trained responses ``0..horizon``: the area under the curve through
-    ``(xs, ys)`` (linear in between, cut at ``horizon``) divided by ``horizon``."""
-    if horizon <= 0 or len(xs) < 2:
-        return math.nan
-    grid = np.union1d(xs[xs < horizon], [horizon])
-    return float(np.trapezoid(np.interp(grid, xs, ys), grid) / horizon)
-
-
-def responses_to_reach(xs: np.ndarray, ys: np.ndarray, threshold: float) -> float:
-    """Trained responses at which the curve through ``(xs, ys)`` first reaches ``threshold``
-    (linear in between); infinity when it never does."""
-    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
-        if y >= threshold:
-            if i == 0:
-                return float(x)
-            x0, y0 = xs[i - 1], ys[i - 1]
-            return float(x0 + (threshold - y0) / (y - y0) * (x - x0))
-    return math.inf
 
 
 def _efficiency(evals: pd.DataFrame, group: pd.DataFrame, row: dict) -> dict[str, np.ndarray]:

@@ -12,9 +12,11 @@ k steps (see :mod:`methods.values`):
 Every token of step k gets A_k; the filler tokens (ground truth ``filler_mask``: their value
 change is 0) get exactly 0. V(s_k) is estimated under the behaviour policy with
 ``value_samples`` continuations from every distinct state (VinePPO's Monte-Carlo estimator,
-arXiv 2410.01679), inside ``services.reference_passes()``: the value passes are counted in
-the run's ``reference_*`` records and not charged to its budget. Unlike GRPO this credit is
-non-zero in all-fail groups (a first wrong step lowers V) and all-pass groups.
+arXiv 2410.01679; with ``pool_correct`` the states whose steps are all right so far share
+one estimate per problem and step count), inside ``services.reference_passes()``: the value
+passes are counted in the run's ``reference_*`` records and not charged to its budget.
+Unlike GRPO this credit is non-zero in all-fail groups (a first wrong step lowers V) and
+all-pass groups.
 
 ``mode="first_wrong"`` / ``"suffix"``: the blame rules, with A_i GRPO's group advantage and W_i
 the blamed tokens of o_i (the first wrong step; with ``suffix`` also all that follows):
@@ -30,7 +32,9 @@ every response's total credit sum_t A_it = A_i·|o_i| as GRPO gives it, so the t
 
 Deviations:
     - exact: the values are estimates (standard error sqrt(V(1 - V)/M) each); a continuation
-      that runs past the generation limit, counted from the response's start, scores 0.
+      that runs past the generation limit, counted from the response's start, scores 0;
+      pooled states (``pool_correct``) differ in fillers and written forms, which are taken
+      not to change the value.
     - blame: a failed response with no detectable wrong step (an empty mask, for example a
       response cut off by the length limit) falls back to GRPO's uniform credit;
       ``redistribute`` applies to failed responses only.
@@ -48,13 +52,15 @@ from .contract import (
     AFTER_WRONG_MASK,
     FILLER_MASK,
     FIRST_WRONG_MASK,
+    PROBLEM_INDEX,
     WRONG_STEP_MASK,
     Services,
 )
 from .core import RolloutBatch, masked_whiten
 from .grpo import GRPOConfig, grpo_scores
 from .registry import register_method
-from .values import STATE_VALUES, exact_advantages, mc_state_values
+from .rollouts import true_first_wrong
+from .values import STATE_VALUES, exact_advantages, mc_state_values, state_starts
 
 BLAME_MODES = ("first_wrong", "suffix")
 MODES = ("exact", *BLAME_MODES)
@@ -105,16 +111,36 @@ def oracle_advantages(
     return advantages
 
 
+def correct_prefix_pools(batch: RolloutBatch) -> Tensor:
+    """``[B, S]`` pool ids for :func:`mc_state_values`: the states whose steps are all right
+    so far (the ground truth's first wrong step lies ahead) share one pool per problem and
+    step count, ``problem * S + k``; every other state keeps its own estimate (-1).
+
+    Such prefixes hold the same running values and differ only in fillers and written forms,
+    so their values are taken as one; pooling their continuations divides the estimate's
+    variance by the pool's size at no extra rollout."""
+    step_ids = batch.step_ids
+    if step_ids is None:  # one step: only the empty response is a state
+        step_ids = torch.zeros_like(batch.response_ids)
+    _, valid = state_starts(step_ids)
+    first = true_first_wrong(step_ids, batch.extra(FIRST_WRONG_MASK))  # -1: none
+    k = torch.arange(valid.shape[1]).unsqueeze(0)
+    right_so_far = (first.unsqueeze(-1) < 0) | (k <= first.unsqueeze(-1))
+    problem = batch.extra(PROBLEM_INDEX).unsqueeze(-1)
+    return torch.where(valid & right_so_far, problem * valid.shape[1] + k, -1)
+
+
 @dataclass
 class OracleConfig(GRPOConfig):
     """Oracle credit settings (GRPO's fields, loss fields from :class:`LossConfig`).
 
-    ``value_samples`` and ``whiten`` are read by ``mode="exact"``; ``redistribute`` and
-    ``penalize_wrong_in_success`` by the blame modes.
+    ``value_samples``, ``pool_correct`` and ``whiten`` are read by ``mode="exact"``;
+    ``redistribute`` and ``penalize_wrong_in_success`` by the blame modes.
     """
 
     mode: str = "exact"
     value_samples: int = 16
+    pool_correct: bool = True
     whiten: bool = False
     redistribute: bool = True
     penalize_wrong_in_success: bool = False
@@ -142,8 +168,9 @@ class Oracle(CreditMethod):
     def rollout(self, services: Services) -> RolloutBatch:
         batch = services.sample_batch()
         if self.config.mode == "exact":
+            pools = correct_prefix_pools(batch) if self.config.pool_correct else None
             with services.reference_passes():
-                values = mc_state_values(services, batch, self.config.value_samples)
+                values = mc_state_values(services, batch, self.config.value_samples, pools)
             batch.extras = {**(batch.extras or {}), STATE_VALUES: values}
         return batch
 

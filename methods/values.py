@@ -114,9 +114,15 @@ def exact_advantages(
     return credit_to_tokens(credit, chunks, batch.response_mask, zero_mask)
 
 
-def mc_state_values(services: Services, batch: RolloutBatch, samples: int) -> Tensor:
+def mc_state_values(
+    services: Services, batch: RolloutBatch, samples: int, pools: Tensor | None = None
+) -> Tensor:
     """``[B, S]`` Monte-Carlo V(s_k): the mean reward of ``samples`` continuations of each
     distinct state (problem, response prefix), NaN past a row's states.
+
+    ``pools`` ``[B, S]`` long, optional: states with the same id >= 0 are taken to have one
+    value, and each gets the mean over the continuations of all distinct states of its pool
+    (the same rollouts, a pool's worth less noise); -1 keeps a state's own estimate.
 
     A continuation that runs past the run's generation limit counted from the start of the
     response (``services.max_new_tokens``) is scored 0, as a response cut off there would be.
@@ -147,6 +153,16 @@ def mc_state_values(services: Services, batch: RolloutBatch, samples: int) -> Te
     rewards = out.rewards.clone()
     rewards[out.response_mask.sum(-1) > services.max_new_tokens] = 0.0
     means = rewards.view(len(keys), samples).mean(-1)
+    if pools is not None:  # a pool's value: the mean over its distinct states
+        pool_of = {state: int(pools[row, k]) for row, k, state in where}
+        members: dict[int, list[int]] = {}
+        for state, pool in pool_of.items():
+            if pool >= 0:
+                members.setdefault(pool, []).append(state)
+        pooled = means.clone()
+        for states in members.values():
+            pooled[states] = means[states].mean()
+        means = pooled
     values = torch.full(valid.shape, float("nan"))
     for row, k, state in where:
         values[row, k] = means[state]

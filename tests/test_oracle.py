@@ -148,7 +148,7 @@ def test_bad_mode_is_named() -> None:
 
 def test_exact_rollout_estimates_values_inside_a_reference_block() -> None:
     services = FakeServices(seed=4)
-    method = Oracle(value_samples=3)
+    method = Oracle(value_samples=3, pool_correct=False)
     batch = method.rollout(services)
     assert services.calls[:3] == ["sample_batch", "reference_passes", "problems"]
     assert services.calls[3].startswith("generate:")
@@ -193,3 +193,23 @@ def test_whitened_exact_credit_keeps_fillers_at_zero() -> None:
     assert (advantages[filler] == 0).all()
     own = batch.response_mask.bool() & ~filler
     assert abs(float(advantages[own].mean())) < 1e-5
+
+
+def test_correct_prefixes_of_a_problem_pool_until_the_first_wrong_step() -> None:
+    from creditbench.methods.oracle import correct_prefix_pools
+
+    batch = build_batch([3, 2], [6, 6, 6, 6, 6], [1.0, 0.0, 0.0, 1.0, 0.0], seed=5)
+    pools = correct_prefix_pools(batch)
+    starts, valid = state_starts(batch.step_ids)
+    first = batch.extra("first_wrong_mask")
+    problem = batch.extra("problem_index")
+    for row in range(batch.size):
+        wrong_steps = batch.step_ids[row][first[row] > 0].unique().tolist()
+        fw = min(wrong_steps) if wrong_steps else None
+        for k in range(valid.shape[1]):
+            if not valid[row, k]:
+                assert pools[row, k] == -1
+            elif fw is None or k <= fw:  # steps 0..k-1 all right
+                assert pools[row, k] == problem[row] * valid.shape[1] + k
+            else:
+                assert pools[row, k] == -1

@@ -177,3 +177,18 @@ def test_exact_credit_has_a_lower_variance_policy_gradient_than_grpo():
     # measured over three disjoint ranges of 400 seeds: exact 0.44-0.50, GRPO 0.70-0.83 (ratio
     # 0.61-0.66); the margin leaves room for the estimate's own noise
     assert exact_rv < 0.8 * grpo_rv, (exact_rv, grpo_rv)
+
+
+def test_pooled_states_share_the_mean_of_their_continuations():
+    batch = random_chain(8, seed=4, group_size=8)
+    services = ChainServices(THETA, seed=9)
+    own = mc_state_values(services, batch, samples=6)
+    pools = torch.full(own.shape, -1)
+    pools[:, 3] = 7  # every row's state after three steps: one pool
+    services = ChainServices(THETA, seed=9)  # the same continuations again
+    pooled = mc_state_values(services, batch, samples=6, pools=pools)
+    distinct = {tuple(batch.response_ids[r, :6].tolist()): float(own[r, 3]) for r in range(8)}
+    expected = sum(distinct.values()) / len(distinct)  # over distinct states, not rows
+    assert torch.allclose(pooled[:, 3], torch.full((8,), expected))
+    others = torch.arange(own.shape[1]) != 3
+    assert torch.equal(pooled[:, others], own[:, others])

@@ -183,9 +183,18 @@ def test_a_task_without_rewrites_is_refused() -> None:
 
 
 def shipped_base() -> Path:
-    """The shipped base policy of the default task (other chain lengths ship beside it)."""
+    """The shipped base policy of the default task and SFT recipe (other chain lengths, and
+    the hard regime's bases stopped earlier, ship beside it)."""
+    from creditbench.harness.models.sft import BootstrapConfig
+
     shipped = sorted((Path(harness_pkg.__file__).parent / "assets" / "base").iterdir())
-    (default,) = [p for p in shipped if read_manifest(p)["material"]["task_options"] == {}]
+    default_steps = BootstrapConfig().steps
+    (default,) = [
+        p
+        for p in shipped
+        if read_manifest(p)["material"]["task_options"] == {}
+        and read_manifest(p)["material"]["config"]["steps"] == default_steps
+    ]
     return default
 
 

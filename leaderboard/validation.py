@@ -80,14 +80,21 @@ def _efficiency(evals: pd.DataFrame, group: pd.DataFrame, row: dict) -> dict[str
     horizon = min(xs[-1] for xs, _ in curves.values())
     row["responses_horizon"] = horizon
     start, goal = row["start_acc"], row[f"final_{BASELINE}"]
-    row["threshold"] = threshold = start + 0.5 * (goal - start)
+    # halfway from the start to GRPO's final accuracy; undefined where GRPO did not improve
+    threshold = start + 0.5 * (goal - start) if goal > start else math.nan
+    row["threshold"] = threshold
     out: dict[str, np.ndarray] = {}
     for method in (BASELINE, ORACLE):
         keys = sorted(k for k in curves if k[0] == method)
         out[f"auc_responses_{method}"] = np.array(
             [auc_over_responses(*curves[k], horizon) for k in keys]
         )
-        out[f"reach_{method}"] = np.array([responses_to_reach(*curves[k], threshold) for k in keys])
+        out[f"reach_{method}"] = np.array(
+            [
+                responses_to_reach(*curves[k], threshold) if math.isfinite(threshold) else math.nan
+                for k in keys
+            ]
+        )
     return out
 
 

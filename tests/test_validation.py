@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -165,6 +167,11 @@ def test_efficiency_on_trained_responses_and_the_csv():
     # on 0..150 responses: GRPO averages 0.275, the oracle 0.35
     assert row.auc_responses_gap == pytest.approx(0.075)
     text = validation_csv(validation_table(pd.DataFrame(rows + evals), reps=200))
+    # where GRPO did not improve there is no halfway point to reach
+    flat = pd.DataFrame(rows + evals)
+    flat.loc[(flat["kind"] == "run") & (flat["method"] == "grpo"), "final_accuracy"] = 0.1
+    (row,) = validation_table(flat, reps=200).itertuples()
+    assert math.isnan(row.threshold) and math.isnan(row.reach_oracle)
     header, line = text.strip().splitlines()
     assert header.split(",") == list(CSV_COLUMNS)
     assert line.startswith("steps=4 default,3,0.2000,")

@@ -215,23 +215,29 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
     lines += [
         "Gap = oracle - GRPO (paired by seed), 95% bootstrap interval in brackets; "
         "final = sampled accuracy at the end of the budget, AUC = area under the "
-        "accuracy-versus-budget curve; drift = filler entropy at the last training step minus "
+        "accuracy-versus-budget curve; equal responses = the AUC over trained responses up to "
+        "the horizon every run reached; drift = filler entropy at the last training step minus "
         "the first (nats); precision = share of negative credit on the first wrong step "
         "(chance level beside it).",
         "",
-        "| task | setting | seeds | final GRPO | final oracle | final gap | AUC gap "
-        "| drift GRPO | drift oracle | precision GRPO / oracle / chance |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| task | setting | seeds | start | final GRPO | final oracle | final gap | AUC gap "
+        "| AUC gap, equal responses | drift GRPO | drift oracle "
+        "| precision GRPO / oracle / chance |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows.itertuples():
         final_gap = f"{_fmt(r.final_gap)} [{_fmt(r.final_low)}, {_fmt(r.final_high)}]"
         auc_gap = f"{_fmt(r.auc_gap)} [{_fmt(r.auc_low)}, {_fmt(r.auc_high)}]"
+        per_response = "n/a"
+        if "auc_responses_gap" in rows and math.isfinite(r.auc_responses_gap):
+            low, high = _fmt(r.auc_responses_low), _fmt(r.auc_responses_high)
+            per_response = f"{_fmt(r.auc_responses_gap)} [{low}, {high}]"
         mark = lambda ahead, behind: " *" if ahead else (" †" if behind else "")  # noqa: E731
         lines.append(
-            f"| {r.options} | {r.setting} | {r.final_pairs} "
+            f"| {r.options} | {r.setting} | {r.final_pairs} | {_fmt(r.start_acc).lstrip('+')} "
             f"| {r.final_grpo:.3f} | {r.final_oracle:.3f} "
             f"| {final_gap}{mark(r.final_separates, r.final_reversed)} "
-            f"| {auc_gap}{mark(r.auc_separates, r.auc_reversed)} "
+            f"| {auc_gap}{mark(r.auc_separates, r.auc_reversed)} | {per_response} "
             f"| {_fmt(r.drift_grpo)} | {_fmt(r.drift_oracle)} "
             f"| {r.precision_grpo:.3f} / {r.precision_oracle:.3f} / {r.credit_chance:.3f} |"
         )

@@ -156,9 +156,7 @@ class OracleConfig(GRPOConfig):
 @register_method("oracle")
 class Oracle(CreditMethod):
     summary = "exact step credit V(s_k+1) - V(s_k) from uncharged value estimates (reference)"
-    paper = (
-        "none of its own: GRPO's advantage (DeepSeekMath, arXiv 2402.03300) placed by ground truth"
-    )
+    paper = "none of its own: exact step credit with VinePPO's estimator (arXiv 2410.01679)"
     Config = OracleConfig
     needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: OracleConfig

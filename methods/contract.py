@@ -182,7 +182,7 @@ class Services(Protocol):
         ...
 
     def reference_passes(self) -> AbstractContextManager[None]:
-        """A block whose model passes are counted (``reference_flops``, ``reference_seconds``
+        """A block whose model passes are counted (``reference_flops``, ``time.reference_seconds``
         and token counts in the step's record) but not charged: the knowledge of a reference
         method (``CreditMethod.reference``, the exact-credit oracle's value estimates), which
         stands for what no method can buy. Raises RuntimeError for any other method.

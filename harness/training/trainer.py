@@ -190,6 +190,8 @@ class Trainer:
         for key in ("generation", "scoring"):
             timing[key] = services.seconds[key] - seconds_before[key]
         timing["budget_seconds"] = meter.seconds
+        if meter.reference["flops"]:  # a reference method's uncharged passes, wall clock
+            timing["reference_seconds"] = meter.reference["seconds"]
         return self._step_record(method, batch, advantages, stats, timing)
 
     def _behaviour_from_update(self, method: CreditMethod) -> bool:

@@ -250,26 +250,43 @@ def responses_to_reach(xs: np.ndarray, ys: np.ndarray, threshold: float) -> floa
     return math.inf
 
 
+def response_curves(
+    group: pd.DataFrame, evals: pd.DataFrame
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each run's ``(trained responses, accuracy)`` at its evaluations, by run, for the run rows
+    ``group``; empty when any run lacks ``responses_trained`` or a finite accuracy there."""
+    if "responses_trained" not in evals:
+        return {}
+    curves = {}
+    for r in group.itertuples():
+        points = evals[evals["run"] == r.run].sort_values("budget_fraction")
+        metric = getattr(r, "accuracy_metric", "sampled_accuracy")
+        if metric not in points or points.empty:
+            return {}
+        xs = points["responses_trained"].to_numpy(dtype=float)
+        ys = points[metric].to_numpy(dtype=float)
+        if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
+            return {}
+        curves[r.run] = (xs, ys)
+    return curves
+
+
+def response_horizon(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
+    """The trained responses every curve reached: the smallest last point."""
+    return min(xs[-1] for xs, _ in curves.values())
+
+
 def with_response_auc(group: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
     """``group`` (run rows of one setting) with ``auc_responses``: each run's mean accuracy
     over trained responses up to the horizon every run of the setting reached, so that
     methods that train on fewer responses per FLOP (charged value rollouts) are compared at
     equal samples. NaN throughout when an evaluation lacks ``responses_trained``."""
     group = group.copy()
-    curves = {}
-    for r in group.itertuples():
-        points = evals[evals["run"] == r.run].sort_values("budget_fraction")
-        metric = getattr(r, "accuracy_metric", "sampled_accuracy")
-        if "responses_trained" not in points or metric not in points or points.empty:
-            group["auc_responses"] = math.nan
-            return group
-        xs = points["responses_trained"].to_numpy(dtype=float)
-        ys = points[metric].to_numpy(dtype=float)
-        if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
-            group["auc_responses"] = math.nan
-            return group
-        curves[r.run] = (xs, ys)
-    horizon = min(xs[-1] for xs, _ in curves.values()) if curves else 0.0
+    curves = response_curves(group, evals)
+    if not curves:
+        group["auc_responses"] = math.nan
+        return group
+    horizon = response_horizon(curves)
     group["auc_responses"] = [auc_over_responses(*curves[run], horizon) for run in group["run"]]
     return group
 

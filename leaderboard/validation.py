@@ -36,6 +36,8 @@ from .stats import (
     auc_over_responses,
     bootstrap_interval,
     natural_key,
+    response_curves,
+    response_horizon,
     responses_to_reach,
 )
 
@@ -63,36 +65,26 @@ def _efficiency(evals: pd.DataFrame, group: pd.DataFrame, row: dict) -> dict[str
     """Per-seed efficiency figures of both methods, on the responses they trained on: the AUC
     up to the horizon every run of the setting reached, and the responses to reach halfway
     from the start to GRPO's final accuracy. Returns ``{figure_method: [per seed]}``."""
-    if "responses_trained" not in evals or "accuracy_metric" not in group:
-        return {}
-    curves = {}
-    for r in group.itertuples():
-        points = evals[evals["run"] == r.run].sort_values("budget_fraction")
-        metric = r.accuracy_metric
-        if metric not in points or points["responses_trained"].isna().any():
-            return {}
-        curves[(r.method, r.seed)] = (
-            points["responses_trained"].to_numpy(dtype=float),
-            points[metric].to_numpy(dtype=float),
-        )
+    curves = response_curves(group, evals)
     if not curves:
         return {}
-    horizon = min(xs[-1] for xs, _ in curves.values())
-    row["responses_horizon"] = horizon
+    row["responses_horizon"] = horizon = response_horizon(curves)
     start, goal = row["start_acc"], row[f"final_{BASELINE}"]
     # halfway from the start to GRPO's final accuracy; undefined where GRPO did not improve
     threshold = start + 0.5 * (goal - start) if goal > start else math.nan
     row["threshold"] = threshold
     out: dict[str, np.ndarray] = {}
     for method in (BASELINE, ORACLE):
-        keys = sorted(k for k in curves if k[0] == method)
+        runs = group[group["method"] == method].sort_values("seed")["run"]
         out[f"auc_responses_{method}"] = np.array(
-            [auc_over_responses(*curves[k], horizon) for k in keys]
+            [auc_over_responses(*curves[run], horizon) for run in runs]
         )
         out[f"reach_{method}"] = np.array(
             [
-                responses_to_reach(*curves[k], threshold) if math.isfinite(threshold) else math.nan
-                for k in keys
+                responses_to_reach(*curves[run], threshold)
+                if math.isfinite(threshold)
+                else math.nan
+                for run in runs
             ]
         )
     return out

@@ -178,10 +178,10 @@ class _Decoder:
         self.keys[i, :, :, start:end] = k
         self.values[i, :, :, start:end] = v.view(rows, width, kv, d).transpose(1, 2)
         keys, values = self.keys[i, :, :, :end], self.values[i, :, :, :end]
+        grouped = q.reshape(rows, kv, h // kv, d) if width == 1 else q
         if width == 1 and self.context is not None:
-            out = self._attend_with_context(i, q.reshape(rows, kv, h // kv, d), keys, values, mask)
+            out = self._attend_with_context(i, grouped, keys, values, mask)
         elif width == 1:  # decode: [rows, kv, heads per kv, 1 x end] scores, two small matmuls
-            grouped = q.reshape(rows, kv, h // kv, d)
             scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scale
             scores = scores.masked_fill(~mask, float("-inf"))
             out = torch.matmul(torch.softmax(scores, -1), values).reshape(rows, h, 1, d)

@@ -124,6 +124,9 @@ class TrainConfig:
     update is exactly on-policy (one epoch, one minibatch) and the method does not read the
     behaviour log-probs before it, take them from the update's own forward instead of a
     separate scoring pass (the same numbers; the pass is neither run nor charged).
+    ``shared_prefix_forward``: every teacher-forced pass encodes each distinct prompt of a
+    micro-batch once and skips padding columns no row uses (the same numbers up to rounding,
+    charged as the full forward; see :mod:`creditbench.harness.scoring.forward`).
     """
 
     lr: float = 2e-4
@@ -135,6 +138,7 @@ class TrainConfig:
     micro_batch_size: int = 0
     reference_model: bool = False
     skip_onpolicy_scoring: bool = True
+    shared_prefix_forward: bool = True
 
     def __post_init__(self) -> None:
         _check(

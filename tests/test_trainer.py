@@ -266,14 +266,18 @@ def test_first_epoch_is_exactly_on_policy(test_methods, nano_policy, tmp_path):
     assert any(r["approx_kl"] != 0.0 for r in later)
 
 
-REFERENCE_PATH = ("rollout.backend=hf", "train.skip_onpolicy_scoring=false")
+REFERENCE_PATH = (
+    "rollout.backend=hf",
+    "train.skip_onpolicy_scoring=false",
+    "train.shared_prefix_forward=false",
+)
 COUNTERS = ("flops", "forward_tokens")
 
 
 def test_fast_path_computes_what_the_reference_path_computes(test_methods, nano_policy, tmp_path):
-    """The lean sampler and the skipped on-policy scoring pass change no metric of a run: the
-    same tokens, rewards, losses, gradients and evaluations; only the scoring pass's charge
-    to the meter is gone."""
+    """The lean sampler, the shared-prefix forward and the skipped on-policy scoring pass change
+    no metric of a run: the same tokens, rewards, losses, gradients and evaluations; only the
+    scoring pass's charge to the meter is gone."""
     run(nano_policy, tmp_path / "fast", BLIND_METHOD)
     run(nano_policy, tmp_path / "reference", BLIND_METHOD, *REFERENCE_PATH)
     fast = without_time(RunDir(tmp_path / "fast").read_metrics())

@@ -241,19 +241,24 @@ def top_p_filter(scores: Tensor, top_p: float) -> Tensor:
     return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
 
 
-def _context_slots(inverse: Tensor) -> tuple[Tensor, Tensor]:
-    """``([contexts] first row of each context, [rows] each row's rank among its context's)``
-    from ``inverse`` ``[rows]``, the context of every row."""
+def distinct_contexts(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """``([contexts] the first row of each distinct context, [rows] each row's context)`` of
+    the left-padded rows ``ids``/``mask`` ``[rows, P]`` (a context is a row's ids and mask)."""
+    _, inverse = torch.unique(torch.cat([ids, mask.long()], 1), dim=0, return_inverse=True)
     rows = torch.arange(len(inverse), device=inverse.device)
-    count = int(inverse.max()) + 1
-    first = torch.full((count,), len(inverse), device=inverse.device)
-    first = first.scatter_reduce(0, inverse, rows, "amin")
+    first = torch.full((int(inverse.max()) + 1,), len(inverse), device=inverse.device)
+    return first.scatter_reduce(0, inverse, rows, "amin"), inverse
+
+
+def _context_slots(inverse: Tensor) -> Tensor:
+    """``[rows]`` each row's rank among the rows of its context, from ``inverse`` ``[rows]``."""
+    rows = torch.arange(len(inverse), device=inverse.device)
     order = torch.argsort(inverse, stable=True)
-    sizes = torch.bincount(inverse, minlength=count)
+    sizes = torch.bincount(inverse, minlength=int(inverse.max()) + 1)
     starts = torch.cumsum(sizes, 0) - sizes
     slot = torch.empty_like(inverse)
     slot[order] = rows - starts[inverse[order]]
-    return first, slot
+    return slot
 
 
 @torch.no_grad()
@@ -284,11 +289,9 @@ def generate(
     visible = torch.cat([real, ahead_visible], 1)
     # Rows with the same prompt (the n samples of one, the continuations of one state) share
     # one prefill, and their decode attention reads its cache once per context.
-    contexts, inverse = torch.unique(
-        torch.cat([input_ids, attention_mask.long()], 1), dim=0, return_inverse=True
-    )
-    if len(contexts) < rows:
-        first, slot = _context_slots(inverse)
+    first, inverse = distinct_contexts(input_ids, attention_mask)
+    if len(first) < rows:
+        slot = _context_slots(inverse)
         shared = _Decoder(model, len(first), width, positions[first])
         logits = shared.logits(input_ids[first], 0, prefill[first])[inverse]
         decoder = _Decoder(model, rows, max_new_tokens, ahead, context=(shared, inverse, slot))

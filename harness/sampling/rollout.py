@@ -4,11 +4,12 @@ Two passes make a rollout:
 
 1. **Sampling** with transformers ``generate`` (or vLLM, :class:`VLLMBackend`), left-padded prompts,
    a seeded generator, no top-k, the run's temperature and top-p.
-2. **Scoring** by a teacher-forced forward pass, :func:`score_responses`. The behaviour
-   log-probabilities stored in the batch come from this pass, not from the sampler's scores: the
-   trainer computes the policy's log-probabilities with :func:`token_logprobs_and_entropy`, which
-   runs exactly the same code on the same padded layout, so at the first PPO epoch the importance
-   ratio is 1 to the last bit (KV-cached decoding differs from a full forward pass in rounding).
+2. **Scoring** by a teacher-forced forward pass,
+   :func:`creditbench.harness.scoring.forward.score_responses`. The behaviour log-probabilities
+   stored in the batch come from this pass, not from the sampler's scores: the trainer's
+   training pass runs exactly the same code on the same padded layout, so at the first PPO
+   epoch the importance ratio is 1 to the last bit (KV-cached decoding differs from a full
+   forward pass in rounding).
 
 The log-probabilities are those of the tempered policy ``softmax(logits / temperature)`` that did
 the sampling (verl's convention); top-p truncation is not reflected in them.
@@ -288,96 +289,12 @@ def sample_responses(
 
 
 # --------------------------------------------------------------------------------------------
-# Teacher-forced log-probabilities
-# --------------------------------------------------------------------------------------------
-
-
-def _response_logits(
-    model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor
-) -> Tensor:
-    """Logits ``[b, T, V]`` that predict each response token, in fp32."""
-    device = next(model.parameters()).device
-    width = response_ids.shape[1]
-    input_ids = torch.cat([prompt_ids, response_ids], dim=1).to(device)
-    # Right padding after a response is never attended to by a real token: keep it visible.
-    attention = torch.cat([prompt_mask, torch.ones_like(response_ids, dtype=prompt_mask.dtype)], 1)
-    attention = attention.to(device)
-    position_ids = (attention.long().cumsum(-1) - 1).clamp(min=0)
-    with autocast_for(device):
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attention,
-            position_ids=position_ids,
-            logits_to_keep=width + 1,
-            use_cache=False,
-        )
-    return out.logits[:, :-1, :].float()
-
-
-def _gather_logprobs(logits: Tensor, response_ids: Tensor, temperature: float) -> Tensor:
-    scaled = logits / temperature if temperature > 0 else logits
-    logprobs = torch.log_softmax(scaled, dim=-1)
-    return logprobs.gather(-1, response_ids.to(logits.device).unsqueeze(-1)).squeeze(-1)
-
-
-def token_logprobs_and_entropy(
-    model,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    response_ids: Tensor,
-    response_mask: Tensor,
-    *,
-    temperature: float = 1.0,
-) -> tuple[Tensor, Tensor]:
-    """The training pass: log-probs ``[b, T]`` with gradient, and entropies ``[b, T]`` without.
-
-    Both are zero where ``response_mask`` is 0. Entropy is of the tempered distribution.
-    """
-    logits = _response_logits(model, prompt_ids, prompt_mask, response_ids)
-    mask = response_mask.to(logits.device)
-    logprobs = _gather_logprobs(logits, response_ids, temperature) * mask
-    with torch.no_grad():
-        scaled = logits.detach() / temperature if temperature > 0 else logits.detach()
-        log_p = torch.log_softmax(scaled, dim=-1)
-        entropy = -(log_p.exp() * log_p).sum(-1) * mask
-    return logprobs.cpu(), entropy.cpu()
-
-
-@torch.no_grad()
-def score_responses(
-    model,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    response_ids: Tensor,
-    response_mask: Tensor,
-    *,
-    micro_batch_size: int,
-    temperature: float = 1.0,
-) -> Tensor:
-    """Teacher-forced log-probs ``[B, T]`` of fixed responses, batched, without gradient.
-
-    The behaviour log-probs, the reference model's, and a method's extra passes (responses
-    under other prompts, or under a frozen teacher) all come from here. Rows are scored in
-    micro-batches of the full padded width, the layout the training pass uses.
-    """
-    parts = []
-    for start in range(0, response_ids.shape[0], micro_batch_size):
-        rows = slice(start, start + micro_batch_size)
-        logits = _response_logits(model, prompt_ids[rows], prompt_mask[rows], response_ids[rows])
-        logprobs = _gather_logprobs(logits, response_ids[rows], temperature)
-        parts.append((logprobs * response_mask[rows].to(logits.device)).cpu())
-    if not parts:
-        return torch.zeros_like(response_mask)
-    return torch.cat(parts, dim=0)
-
-
-# --------------------------------------------------------------------------------------------
 # vLLM backend (optional; GPU only)
 # --------------------------------------------------------------------------------------------
 
 
 class VLLMBackend:
-    """Sampling with vLLM; scoring stays with :func:`score_responses` on the training model.
+    """Sampling with vLLM; scoring stays with the teacher-forced passes on the training model.
 
     ``model_path`` is a Hugging Face directory; after every optimizer step the trainer pushes
     the policy's weights with :meth:`load_weights`. vLLM's own sampler log-probs are returned as

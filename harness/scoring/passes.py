@@ -14,12 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from creditbench.harness.sampling.rollout import (
-    encode,
-    pad_layout,
-    score_responses,
-    sequence_lengths,
-)
+from creditbench.harness.sampling.rollout import encode, pad_layout, sequence_lengths
+from creditbench.harness.scoring.forward import response_logits, score_responses
 from creditbench.harness.scoring.scorers import Scorers
 from creditbench.methods.core import RolloutBatch
 
@@ -32,6 +28,8 @@ class ScoringPasses:
         tokenizer: the policy's tokenizer (to encode other prompts).
         micro_batch_size: rows per forward.
         temperature: the rollout temperature; log-probs are those of the tempered policy.
+        shared_prefix: encode each distinct prompt of a micro-batch once
+            (:mod:`~creditbench.harness.scoring.forward`).
         seconds: the run's time accounting, whose ``"scoring"`` entry each pass adds to.
     """
 
@@ -43,9 +41,11 @@ class ScoringPasses:
         micro_batch_size: int,
         temperature: float,
         seconds: dict[str, float],
+        shared_prefix: bool = False,
     ) -> None:
         self.scorers, self.tokenizer = scorers, tokenizer
         self.micro_batch_size, self.temperature = micro_batch_size, temperature
+        self.shared_prefix = shared_prefix
         self.seconds = seconds
 
     def _prompt_layout(self, batch: RolloutBatch, prompts: Sequence[str] | None):
@@ -91,6 +91,7 @@ class ScoringPasses:
             batch.response_mask,
             micro_batch_size=self.micro_batch_size,
             temperature=self.temperature,
+            shared_prefix=self.shared_prefix,
         )
         self._charge_scoring(model, batch, prompt_mask)
         self.seconds["scoring"] += time.perf_counter() - started
@@ -126,8 +127,6 @@ class ScoringPasses:
             ``(logprobs, indices)``, both ``[B, T, K]``, zero where ``batch.response_mask`` is 0.
             The log-probs are those of the tempered distribution, as :meth:`score`'s.
         """
-        from creditbench.harness.sampling.rollout import _response_logits
-
         if grad and model != "policy":
             raise ValueError(f"grad: only the policy is trained (got model={model!r})")
         scorer = self.scorers.get(model)
@@ -138,8 +137,13 @@ class ScoringPasses:
         for start in range(0, batch.size, self.micro_batch_size):
             rows = slice(start, start + self.micro_batch_size)
             with torch.set_grad_enabled(grad):
-                logits = _response_logits(
-                    scorer, prompt_ids[rows], prompt_mask[rows], batch.response_ids[rows]
+                logits = response_logits(
+                    scorer,
+                    prompt_ids[rows],
+                    prompt_mask[rows],
+                    batch.response_ids[rows],
+                    batch.response_mask[rows],
+                    shared_prefix=self.shared_prefix,
                 )
                 logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, -1)
                 if indices is not None:

@@ -45,6 +45,7 @@ class HarnessServices:
         meter: the run's budget meter.
         rollout: the run's :class:`~creditbench.harness.config.RolloutConfig`.
         micro_batch_size: rows per scoring forward.
+        shared_prefix: encode each distinct prompt of a scoring micro-batch once.
         seed: the run seed.
         reference: a frozen copy of the initial policy, or None.
         teacher_loader: a zero-argument callable returning a frozen teacher model, loaded on
@@ -62,6 +63,7 @@ class HarnessServices:
         rollout,
         micro_batch_size: int,
         seed: int,
+        shared_prefix: bool = False,
         reference=None,
         teacher_loader: Callable[[], Any] | None = None,
         sampler=None,
@@ -83,6 +85,7 @@ class HarnessServices:
             micro_batch_size=micro_batch_size,
             temperature=rollout.temperature,
             seconds=self.seconds,
+            shared_prefix=shared_prefix,
         )
         self.prompt_schedule = PromptSchedule(
             len(self.train_problems), rollout.prompts_per_step, seed

@@ -163,6 +163,7 @@ REFERENCE_PATH = (
     "rollout.backend=hf",
     "train.micro_batch_size=1000000",
     "train.skip_onpolicy_scoring=false",
+    "train.shared_prefix_forward=false",
 )
 PHASES = ("generation", "scoring", "advantages", "update", "step")
 

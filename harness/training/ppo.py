@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from creditbench.harness.sampling.rollout import token_logprobs_and_entropy
+from creditbench.harness.scoring.forward import token_logprobs_and_entropy
 from creditbench.methods.core import Normalizers, RolloutBatch
 
 
@@ -84,6 +84,8 @@ def ppo_update(
         else:
             order = torch.arange(batch.size)
         for minibatch in order.chunk(train.minibatches):
+            if train.shared_prefix_forward:  # a group's rows in one micro-batch share a prompt
+                minibatch = minibatch[torch.argsort(batch.group_ids[minibatch], stable=True)]
             normalizers = Normalizers.of(loss_mask[minibatch])
             minibatch_loss = 0.0
             for rows in minibatch.split(micro_batch_size):
@@ -95,6 +97,7 @@ def ppo_update(
                     micro.response_ids,
                     micro.response_mask,
                     temperature=temperature,
+                    shared_prefix=train.shared_prefix_forward,
                 )
                 if behaviour_from_update:  # the same pass on the same layout: ratio 1 exactly
                     micro.old_logprobs = logprobs.detach()

@@ -170,6 +170,7 @@ def build_models(config: RunConfig, task: Any, device: torch.device) -> Models:
         rollout=rollout,
         micro_batch_size=micro,
         seed=config.seed,
+        shared_prefix=config.train.shared_prefix_forward,
         reference=reference,
         teacher_loader=teacher_loader(config, device) if is_step_checked(task) else None,
         sampler=sampler,

@@ -162,17 +162,29 @@ class _Decoder:
     def _rms(self, x: Tensor, weight: Tensor | None) -> Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
 
+    @staticmethod
+    def _wide(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """``F.linear`` for a projection wider than its input. In decode (one position per
+        row) it runs as ``weight @ x.T``: on the testbed's CPU that product of the same
+        numbers was 1.6x faster at 64 rows (qkv 110 -> 71 us, gate/up 212 -> 124 us)."""
+        if x.shape[1] != 1:
+            return F.linear(x, weight, bias)
+        out = torch.mm(weight, x.view(x.shape[0], -1).t()).t().unsqueeze(1)
+        return out if bias is None else out + bias
+
     def _layer(self, i: int, x: Tensor, start: int, mask: Tensor) -> Tensor:
         w, rows, width = self.layers[i], x.shape[0], x.shape[1]
         h, kv, d = self.heads, self.kv_heads, self.head_dim
-        qkv = F.linear(self._rms(x, w["ln1"]), w["qkv"], w["qkv_bias"])  # type: ignore[arg-type]
+        qkv = self._wide(self._rms(x, w["ln1"]), w["qkv"], w["qkv_bias"])  # type: ignore[arg-type]
         qk, v = qkv.split([(h + kv) * d, kv * d], -1)
         qk = qk.view(rows, width, h + kv, d)
         if w["qk_norm"] is not None:  # Qwen3: one norm over the query and key heads
             qk = F.rms_norm(qk, (d,), None, self.eps) * w["qk_norm"]
         cos, sin = self.cos[:, :, start : start + width], self.sin[:, :, start : start + width]
         qk = qk.transpose(1, 2)
-        qk = qk * cos + torch.matmul(qk, self.rotate_half) * sin
+        # RoPE's rotate-half as one [rows * heads * width, d] x [d, d] product
+        rotated = torch.mm(qk.reshape(-1, d), self.rotate_half).view(qk.shape)
+        qk = qk * cos + rotated * sin
         q, k = qk.split([h, kv], 1)
         end = start + width
         self.keys[i, :, :, start:end] = k
@@ -191,7 +203,7 @@ class _Decoder:
             values = values.repeat_interleave(repeat, 1) if repeat > 1 else values
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale)
         x = x + F.linear(out.transpose(1, 2).reshape(rows, width, h * d), w["o"])
-        gate, up = F.linear(self._rms(x, w["ln2"]), w["gate_up"]).chunk(2, -1)
+        gate, up = self._wide(self._rms(x, w["ln2"]), w["gate_up"]).chunk(2, -1)  # type: ignore[arg-type]
         return x + F.linear(F.silu(gate) * up, w["down"])
 
     def _attend_with_context(

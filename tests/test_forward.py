@@ -122,3 +122,15 @@ def test_scoring_passes_match_and_rows_of_distinct_prompts_work():
     assert logits.shape == (2, 12, model.config.vocab_size)
     filled = int(response_mask[alone].sum(1).max())
     assert (logits[:, filled:] == 0).all()  # the columns no row uses are not computed
+
+
+def test_shared_prefix_share_counts_each_prompt_once_per_micro_batch():
+    from creditbench.harness.scoring.forward import shared_prefix_share
+
+    prompt_ids = torch.tensor([[0, 5, 6], [0, 5, 6], [7, 8, 9], [7, 8, 9]])
+    prompt_mask = (prompt_ids > 0).long()  # prompts of 2 and 3 tokens
+    response_mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 1]])  # 2, 1, 3, 3
+    full = 2 + 2 + 3 + 3 + 9
+    assert shared_prefix_share(prompt_ids, prompt_mask, response_mask, 4) == (2 + 3 + 9) / full
+    # micro-batches of one row share nothing
+    assert shared_prefix_share(prompt_ids, prompt_mask, response_mask, 1) == 1.0

@@ -123,6 +123,23 @@ def response_logits(
     return logits
 
 
+def shared_prefix_share(
+    prompt_ids: Tensor, prompt_mask: Tensor, response_mask: Tensor, micro_batch_size: int
+) -> float:
+    """The share of a full forward's real tokens the shared-prefix forward computes over
+    consecutive micro-batches of ``micro_batch_size`` rows: each distinct prompt once per
+    micro-batch, every response token (what ``creditbench perf`` reports as executed work)."""
+    full = shared = 0
+    for start in range(0, len(prompt_ids), micro_batch_size):
+        rows = slice(start, start + micro_batch_size)
+        first, _ = distinct_contexts(prompt_ids[rows], prompt_mask[rows])
+        prompt_tokens = prompt_mask[rows].sum(-1)
+        responses = int(response_mask[rows].sum())
+        full += int(prompt_tokens.sum()) + responses
+        shared += int(prompt_tokens[first].sum()) + responses
+    return shared / max(full, 1)
+
+
 def gather_logprobs(logits: Tensor, response_ids: Tensor, temperature: float) -> Tensor:
     """``[b, T]`` log-probs of ``response_ids`` under ``softmax(logits / temperature)``."""
     scaled = logits / temperature if temperature > 0 else logits

@@ -240,8 +240,20 @@ def run_perf(
         achieved = counted["flops_training"] / fast["update"]
         print(
             f"update: {achieved / 1e9:.2f} GFLOP/s achieved vs {peak / 1e9:.2f} GFLOP/s fp32 "
-            f"matmul peak ({achieved / peak:.1%})"
+            f"matmul peak ({achieved / peak:.1%}), counting the FLOPs the meter charges"
         )
+        if cfg.train.shared_prefix_forward:
+            from creditbench.harness.scoring.forward import shared_prefix_share
+
+            batch = trainer.services.sample_batch()
+            share = shared_prefix_share(
+                batch.prompt_ids, batch.prompt_mask, batch.response_mask, trainer.micro_batch_size
+            )
+            print(
+                f"        {achieved * share / 1e9:.2f} GFLOP/s ({achieved * share / peak:.1%}) "
+                f"counting what it executes: the shared-prefix forward computes {share:.0%} "
+                "of the tokens the meter charges (each prompt once per micro-batch)"
+            )
         print(
             f"\nharness (fast path) vs a plain transformers loop, same work (median of {repeats}):"
         )

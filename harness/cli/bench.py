@@ -1,8 +1,10 @@
 """``creditbench bench`` (a suite of methods x seeds x tasks in parallel workers) and
-``creditbench perf`` (where a step's time goes, against a plain loop).
+``creditbench perf`` (where a step's time goes, against a plain loop) and ``creditbench
+gradients`` (each method's gradient at a fixed policy: norm, consistency, agreement).
 
 creditbench bench --suite quick --workers 2
 creditbench perf
+creditbench gradients --methods grpo oracle --batches 12
 """
 
 from __future__ import annotations
@@ -60,6 +62,29 @@ def _cmd_perf(args: argparse.Namespace) -> int:
         return usage_error("perf", str(err))
 
 
+def _cmd_gradients(args: argparse.Namespace) -> int:
+    from creditbench.harness.config import ConfigError
+    from creditbench.harness.diagnostics.gradients import run_gradients
+    from creditbench.methods.registry import list_methods
+
+    if args.batches < 2:
+        return usage_error("gradients", f"--batches: must be >= 2 (got {args.batches})")
+    known = list_methods()
+    for flag, names in (("--methods", args.methods), ("--reference", [args.reference])):
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            listed = ", ".join(known)
+            message = f"{flag}: unknown method {unknown[0]!r}; known: {listed}"
+            return usage_error("gradients", message)
+    methods = list(dict.fromkeys([*args.methods, args.reference]))
+    set_threads(args.threads)
+    quiet_transformers()
+    try:
+        return run_gradients(args.config, args.overrides, methods, args.batches, args.reference)
+    except ConfigError as err:
+        return usage_error("gradients", str(err))
+
+
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a benchmark suite (methods x seeds x tasks)")
     p.add_argument("--suite", required=True, help="quick, standard, or a suite YAML file")
@@ -89,3 +114,18 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-trl", action="store_true", help="skip the TRL GRPOTrainer step")
     p.add_argument("--threads", type=int)
     p.set_defaults(func=_cmd_perf)
+
+    p = sub.add_parser(
+        "gradients",
+        help="each method's policy gradient at the starting policy: norm, batch-to-batch "
+        "consistency, agreement with the reference's mean gradient",
+    )
+    p.add_argument("--config", help="a YAML run config (default: the defaults)")
+    add_set_option(p)
+    p.add_argument("--methods", nargs="+", default=["grpo"], help="methods (default: grpo)")
+    p.add_argument(
+        "--reference", default="oracle", help="whose mean gradient to agree with (default oracle)"
+    )
+    p.add_argument("--batches", type=int, default=12, help="batches (default 12)")
+    p.add_argument("--threads", type=int)
+    p.set_defaults(func=_cmd_gradients)

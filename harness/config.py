@@ -115,6 +115,9 @@ class RolloutConfig:
         )
 
 
+OPTIMIZERS = ("adamw", "sgd")
+
+
 @dataclass
 class TrainConfig:
     """The optimiser and the PPO-style update.
@@ -124,6 +127,11 @@ class TrainConfig:
     update is exactly on-policy (one epoch, one minibatch) and the method does not read the
     behaviour log-probs before it, take them from the update's own forward instead of a
     separate scoring pass (the same numbers; the pass is neither run nor charged).
+    ``optimizer``: ``adamw`` (verl's and TRL's) or ``sgd`` (plain SGD, momentum
+    ``sgd_momentum``): with ``grad_clip`` below every batch's gradient norm, every SGD step moves
+    the parameters by exactly ``lr * grad_clip`` along the gradient, so only its direction
+    differs between methods (the validation's probe of what Adam's per-coordinate scaling does
+    to better credit, ``docs/testbed.md``).
     ``shared_prefix_forward``: every teacher-forced pass encodes each distinct prompt of a
     micro-batch once and skips padding columns no row uses (the same numbers up to rounding,
     charged as the full forward; see :mod:`creditbench.harness.scoring.forward`).
@@ -131,7 +139,9 @@ class TrainConfig:
 
     lr: float = 2e-4
     weight_decay: float = 0.0
+    optimizer: str = "adamw"
     adam_betas: tuple[float, float] = (0.9, 0.999)
+    sgd_momentum: float = 0.0
     grad_clip: float = 1.0
     ppo_epochs: int = 1
     minibatches: int = 1
@@ -145,7 +155,13 @@ class TrainConfig:
             [
                 ("lr", self.lr > 0, "must be > 0"),
                 ("weight_decay", self.weight_decay >= 0, "must be >= 0"),
+                (
+                    "optimizer",
+                    self.optimizer in OPTIMIZERS,
+                    f"must be one of {', '.join(OPTIMIZERS)}",
+                ),
                 ("adam_betas", all(0 <= b < 1 for b in self.adam_betas), "must be in [0, 1)"),
+                ("sgd_momentum", 0 <= self.sgd_momentum < 1, "must be in [0, 1)"),
                 ("grad_clip", self.grad_clip >= 0, "must be >= 0 (0 turns clipping off)"),
                 ("ppo_epochs", self.ppo_epochs >= 1, "must be >= 1"),
                 ("minibatches", self.minibatches >= 1, "must be >= 1"),

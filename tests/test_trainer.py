@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from creditbench.harness.cli.main import main
 from creditbench.harness.config import load_config
@@ -362,3 +363,35 @@ def test_only_a_reference_method_may_open_an_uncharged_block(nano_policy, tmp_pa
     with trainer.services.reference_passes():
         trainer.services.generate(["start at 1. add 2. work mod 100."], 2, rewards_only=True)
     assert trainer.meter.flops == 0 and trainer.meter.reference["flops"] > 0
+
+
+def test_sgd_with_a_small_clip_moves_every_step_by_lr_times_clip(
+    test_methods, nano_policy, tmp_path
+):
+    """train.optimizer=sgd: with the gradient clipped below its norm, a step's length is
+    exactly lr x grad_clip, whatever the method's advantage scale."""
+    config = load_config(
+        None,
+        [
+            f"method={TOKEN_METHOD}",
+            *overrides(nano_policy, "train.optimizer=sgd", "train.lr=0.5", "train.grad_clip=1e-4"),
+        ],
+    )
+    trainer = Trainer(config, tmp_path / "sgd")
+    trainer.build()
+    assert isinstance(trainer.optimizer, torch.optim.SGD)
+    moved = []
+    for _ in range(3):
+        before = torch.cat([p.detach().reshape(-1).clone() for p in trainer.policy.parameters()])
+        record = trainer.train_step()
+        after = torch.cat([p.detach().reshape(-1) for p in trainer.policy.parameters()])
+        if record["grad_norm"] > 1e-4:
+            moved.append(float((after - before).norm()))
+    assert moved and all(m == pytest.approx(0.5 * 1e-4, rel=1e-3) for m in moved)
+
+
+def test_an_unknown_optimizer_is_a_config_error():
+    from creditbench.harness.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"train\.optimizer: must be one of adamw, sgd"):
+        load_config(None, ["train.optimizer=adam"])

@@ -95,6 +95,23 @@ class Models:
     micro_batch_size: int
 
 
+def build_optimizer(policy, train) -> torch.optim.Optimizer:
+    """The optimizer ``train.optimizer`` names, over the policy's parameters."""
+    if train.optimizer == "sgd":
+        return torch.optim.SGD(
+            policy.parameters(),
+            lr=train.lr,
+            momentum=train.sgd_momentum,
+            weight_decay=train.weight_decay,
+        )
+    return torch.optim.AdamW(
+        policy.parameters(),
+        lr=train.lr,
+        betas=tuple(train.adam_betas),
+        weight_decay=train.weight_decay,
+    )
+
+
 def base_policy_path(config: RunConfig) -> Path:
     """The policy's directory: ``model.path``, or the testbed's shipped or cached base policy."""
     if config.model.path is not None:
@@ -144,12 +161,7 @@ def build_models(config: RunConfig, task: Any, device: torch.device) -> Models:
     policy.eval()
     reference = copy.deepcopy(policy).requires_grad_(False) if needs_reference(config) else None
     meter = BudgetMeter.for_model(policy, unit=config.budget.unit, amount=config.budget.amount)
-    optimizer = torch.optim.AdamW(
-        policy.parameters(),
-        lr=config.train.lr,
-        betas=tuple(config.train.adam_betas),
-        weight_decay=config.train.weight_decay,
-    )
+    optimizer = build_optimizer(policy, config.train)
     sampler = None
     if config.rollout.backend != "vllm":
         try:

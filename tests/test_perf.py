@@ -33,6 +33,8 @@ def test_perf_prints_phases_methods_relative_to_grpo_and_the_plain_loop(tmp_path
         assert re.search(rf"^\s+{phase}\s+[\d.]+ms\s+[\d.]+ms\s+([\d.]+x|-)$", out, re.M), phase
     assert "reference path (today's before it): rollout.backend=hf" in out
     assert re.search(r"fp32 matmul peak \([\d.]+%\)", out)
+    assert re.search(r"counting what it executes \((100|[1-9]?\d)% of the tokens", out)
+    assert re.search(r"at the update's own shapes .*: [\d.]+ GFLOP/s; executed / that", out)
     assert re.search(r"outside CPU load during the run: [\d.]+ cores", out)
     # GRPO is always timed, as the reference of the relative columns, and gives exactly 1x
     assert re.search(r"^\s+grpo\s+[\d.]+s\s+1\.00x\s+1\.00x", out, re.M)
@@ -74,3 +76,13 @@ def test_perf_times_trl_grpo_trainer_beside_the_harness(tmp_path, capsys):
         r"TRL GRPOTrainer step, .*: [\d.]+ ms; harness fast step / TRL step [\d.]+x", out
     )
     assert "every method, one step" not in out  # --methods with no name skips the table
+
+
+def test_shaped_matmul_peak_is_a_rate_over_the_models_linear_shapes():
+    import torch
+
+    from creditbench.harness.training.perf import shaped_matmul_peak
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 16))
+    rate = shaped_matmul_peak(model, rows=64, repeats=2)
+    assert 1e6 < rate < 1e14  # FLOP/s of some plausible machine, not seconds or FLOPs

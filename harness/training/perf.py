@@ -42,6 +42,27 @@ def matmul_peak(size: int = 1024, repeats: int = 5) -> float:
     return 2 * size**3 / best
 
 
+def shaped_matmul_peak(model, rows: int, repeats: int = 5) -> float:
+    """FLOP/s of fp32 matmul at the update's own shapes: every linear layer of ``model`` at
+    ``rows`` tokens, forward (x W^T), input gradient (g W) and weight gradient (g^T x), each
+    the best of a few, FLOP-weighted (the work a training pass's matmuls do, nothing else)."""
+    flops = seconds = 0.0
+    shapes = {tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    for out_features, in_features in sorted(shapes):
+        w = torch.randn(out_features, in_features)
+        x, g = torch.randn(rows, in_features), torch.randn(rows, out_features)
+        for product in (lambda: x @ w.t(), lambda: g @ w, lambda: g.t() @ x):
+            product()
+            best = float("inf")
+            for _ in range(repeats):
+                started = time.perf_counter()
+                product()
+                best = min(best, time.perf_counter() - started)
+            flops += 2 * rows * out_features * in_features
+            seconds += best
+    return flops / seconds
+
+
 def side_by_side(trainer, repeats: int) -> dict[str, tuple[float, float]]:
     """Median seconds of (harness, plain transformers) for the same generation and update.
 
@@ -242,18 +263,27 @@ def run_perf(
             f"update: {achieved / 1e9:.2f} GFLOP/s achieved vs {peak / 1e9:.2f} GFLOP/s fp32 "
             f"matmul peak ({achieved / peak:.1%}), counting the FLOPs the meter charges"
         )
+        share = 1.0
+        batch = trainer.services.sample_batch()
         if cfg.train.shared_prefix_forward:
             from creditbench.harness.scoring.forward import shared_prefix_share
 
-            batch = trainer.services.sample_batch()
             share = shared_prefix_share(
                 batch.prompt_ids, batch.prompt_mask, batch.response_mask, trainer.micro_batch_size
             )
-            print(
-                f"        {achieved * share / 1e9:.2f} GFLOP/s ({achieved * share / peak:.1%}) "
-                f"counting what it executes: the shared-prefix forward computes {share:.0%} "
-                "of the tokens the meter charges (each prompt once per micro-batch)"
-            )
+        executed = achieved * share
+        micro_batches = -(-batch.size // trainer.micro_batch_size)
+        rows = int(share * float(counted["trained_tokens"]) / micro_batches)
+        shaped = shaped_matmul_peak(trainer.policy, rows)
+        print(
+            f"        {executed / 1e9:.2f} GFLOP/s ({executed / peak:.1%}) counting what it "
+            f"executes ({share:.0%} of the tokens the meter charges: each prompt once per "
+            "micro-batch)"
+        )
+        print(
+            f"        fp32 matmul at the update's own shapes (its linear layers at {rows} "
+            f"tokens): {shaped / 1e9:.2f} GFLOP/s; executed / that: {executed / shaped:.1%}"
+        )
         print(
             f"\nharness (fast path) vs a plain transformers loop, same work (median of {repeats}):"
         )

@@ -64,7 +64,7 @@ def _cmd_perf(args: argparse.Namespace) -> int:
 
 def _cmd_gradients(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.diagnostics.gradients import run_gradients
+    from creditbench.harness.training.gradients import run_gradients
     from creditbench.methods.registry import list_methods
 
     if args.batches < 2:

@@ -35,9 +35,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from creditbench.harness.sampling.rollout import sequence_lengths
-from creditbench.harness.training.ppo import ppo_update
-
 
 class _GradientRecorder:
     """Stands in for the optimizer: keeps the flattened gradient instead of stepping."""
@@ -70,36 +67,21 @@ def method_gradients(
 ) -> dict[str, list[Tensor]]:
     """``{method: [gradient of batch b]}``: every method's credit on the same ``batches``
     batches, drawn by method ``rollout_by``'s rollout at the trainer's current policy (the
-    reference's: the exact-credit oracle estimates its state values there)."""
-    services, policy = trainer.services, trainer.policy
-    params = [p for p in policy.parameters() if p.requires_grad]
-    tok = trainer.tokenizer
+    reference's: the exact-credit oracle estimates its state values there). The gradient is
+    the trainer's own update's, whose optimizer step is replaced by keeping the gradient
+    (what runs after a step still runs: an EMA teacher moves toward the unchanged policy)."""
+    services = trainer.services
+    params = [p for p in trainer.policy.parameters() if p.requires_grad]
     out: dict[str, list[Tensor]] = {name: [] for name in methods}
     first = methods[rollout_by]
     for b in range(batches):
         services.begin_step(b, defer_behaviour=False, reference_method=True)
         batch = first.rollout(services)
-        lengths = batch.prompt_mask.sum(-1).long() + sequence_lengths(
-            batch.response_ids, tok.eos_token_id, tok.pad_token_id
-        )
         for name, method in methods.items():
             advantages = method.advantages(batch, services)
             recorder = _GradientRecorder(params)
-            ppo_update(
-                policy,
-                recorder,  # type: ignore[arg-type]
-                method,
-                batch,
-                advantages,
-                train=trainer.config.train,
-                micro_batch_size=trainer.micro_batch_size,
-                temperature=trainer.config.rollout.temperature,
-                meter=trainer.meter,
-                lengths=lengths,
-                seed=b,
-                step=b + 1,
-                services=services,
-            )
+            trainer.optimizer = recorder  # the trainer's own update, which then never steps
+            trainer.update(method, batch, advantages)
             assert recorder.gradient is not None
             out[name].append(recorder.gradient.clone())
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_models import small_decoder
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from creditbench.harness.models.bootstrap import task_alphabet
@@ -23,29 +24,13 @@ from creditbench.harness.scoring.forward import (
 from creditbench.harness.tasks import get_task
 
 
-def _small(cls, config_cls):
-    torch.manual_seed(0)
-    config = config_cls(
-        vocab_size=40,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
-    )
-    return cls(config)
-
-
 def _model(family: str):
     if family == "qwen3":
         tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=3)))
         return build_model("nano", tokenizer, seed=3)
     if family == "llama":
-        return _small(LlamaForCausalLM, LlamaConfig)
-    return _small(Qwen2ForCausalLM, Qwen2Config)
+        return small_decoder(LlamaForCausalLM, LlamaConfig)
+    return small_decoder(Qwen2ForCausalLM, Qwen2Config)
 
 
 def _batch(vocab: int, seed: int = 0):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_models import small_decoder
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from creditbench.harness.models.bootstrap import task_alphabet
@@ -70,30 +71,13 @@ def test_lean_continues_prefixes_like_generate(testbed):
     assert torch.equal(drawn[0].response_ids, drawn[1].response_ids)
 
 
-def _small(cls, config_cls, **extra):
-    torch.manual_seed(0)
-    config = config_cls(
-        vocab_size=40,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
-        **extra,
-    )
-    return cls(config).eval()
-
-
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_grouped_query_attention_and_projection_biases(family):
     """Llama (grouped keys and values) and Qwen2 (biased projections) also match."""
     model = (
-        _small(LlamaForCausalLM, LlamaConfig)
+        small_decoder(LlamaForCausalLM, LlamaConfig)
         if family == "llama"
-        else _small(Qwen2ForCausalLM, Qwen2Config)
+        else small_decoder(Qwen2ForCausalLM, Qwen2Config)
     )
     assert lean.supports(model) is None
     ids = torch.randint(3, 40, (5, 7), generator=torch.Generator().manual_seed(1))

@@ -30,16 +30,21 @@ import torch
 from creditbench.harness.config import RunConfig, load_config
 
 
-def matmul_peak(size: int = 1024, repeats: int = 5) -> float:
-    """FLOP/s of a square fp32 matmul on the training device (the best of a few)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b
+def _best_product_seconds(left: torch.Tensor, right: torch.Tensor, repeats: int) -> float:
+    """The fastest of ``repeats`` timings of ``left @ right``, after one warm-up."""
+    left @ right
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
-        a @ b
+        left @ right
         best = min(best, time.perf_counter() - started)
-    return 2 * size**3 / best
+    return best
+
+
+def matmul_peak(size: int = 1024, repeats: int = 5) -> float:
+    """FLOP/s of a square fp32 matmul on the training device (the best of a few)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    return 2 * size**3 / _best_product_seconds(a, b, repeats)
 
 
 def shaped_matmul_peak(model, rows: int, repeats: int = 5) -> float:
@@ -52,14 +57,8 @@ def shaped_matmul_peak(model, rows: int, repeats: int = 5) -> float:
         w = torch.randn(out_features, in_features)
         x, g = torch.randn(rows, in_features), torch.randn(rows, out_features)
         for left, right in ((x, w.t()), (g, w), (g.t(), x)):
-            left @ right
-            best = float("inf")
-            for _ in range(repeats):
-                started = time.perf_counter()
-                left @ right
-                best = min(best, time.perf_counter() - started)
             flops += 2 * rows * out_features * in_features
-            seconds += best
+            seconds += _best_product_seconds(left, right, repeats)
     return flops / seconds
 
 

@@ -110,10 +110,10 @@ def gradient_statistics(
     ref = torch.stack(gradients[reference])
     total = ref.sum(0)
     count = len(ref)
+    others = [(total - ref[b]) / (count - 1) for b in range(count)]  # leave-one-out means
     rows: dict[str, dict[str, Any]] = {}
     for name, grads in gradients.items():
         norms = [float(g.norm()) for g in grads]
-        others = [(total - ref[b]) / (count - 1) for b in range(count)]
         agreement = [_cosine(g, o) for g, o in zip(grads, others, strict=True)]
         adam = [_cosine(torch.sign(g), o) for g, o in zip(grads, others, strict=True)]
         pairs = [

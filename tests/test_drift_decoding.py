@@ -101,22 +101,17 @@ def test_threshold_must_be_a_fraction_below_one() -> None:
 
 
 def tiny_model():
+    from small_models import small_decoder
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    torch.manual_seed(0)
-    config = Qwen3Config(
+    return small_decoder(
+        Qwen3ForCausalLM,
+        Qwen3Config,
         vocab_size=12,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=2,
         head_dim=16,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
     )
-    return Qwen3ForCausalLM(config).eval()
 
 
 def test_cached_rewrite_logits_equal_a_full_forward() -> None:

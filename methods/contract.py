@@ -189,6 +189,16 @@ class Services(Protocol):
         Charged: nothing."""
         ...
 
+    def task_values(self, batch: RolloutBatch) -> Tensor:
+        """``[B, S]`` the task's own V(s_k) = P(R = 1 | s_k) at every state of every row (the
+        states of ``methods.values.state_starts``; NaN past a row's states): the policy's
+        teacher-forced probability of writing each remaining step right, in any of its correct
+        renderings, with the task's cancelling operations (the testbed's analytic values,
+        ``harness/tasks/chain_values.py``). Raises ValueError on a task without them.
+        Charged: a forward of the policy over the texts scored (a reference method runs it in
+        :meth:`reference_passes`)."""
+        ...
+
     def batch_from_responses(
         self,
         problem_index: Sequence[int] | Tensor,

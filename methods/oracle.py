@@ -13,8 +13,10 @@ Every token of step k gets A_k; the filler tokens (ground truth ``filler_mask``:
 change is 0) get exactly 0. V(s_k) is estimated under the behaviour policy with
 ``value_samples`` continuations from every distinct state (VinePPO's Monte-Carlo estimator,
 arXiv 2410.01679; with ``pool_correct`` the states whose steps are all right so far share
-one estimate per problem and step count), inside ``services.reference_passes()``: the value
-passes are counted in the run's ``reference_*`` records and not charged to its budget.
+one estimate per problem and step count), or with ``estimator="analytic"`` by the task itself
+(``services.task_values``: the policy's probability of writing every remaining step right,
+on the testbed), inside ``services.reference_passes()``: the value passes are counted in the
+run's ``reference_*`` records and not charged to its budget.
 Unlike GRPO this credit is non-zero in all-fail groups (a first wrong step lowers V) and
 all-pass groups.
 
@@ -64,6 +66,7 @@ from .values import STATE_VALUES, exact_advantages, mc_state_values, state_start
 
 BLAME_MODES = ("first_wrong", "suffix")
 MODES = ("exact", *BLAME_MODES)
+ESTIMATORS = ("mc", "analytic")
 
 
 def oracle_advantages(
@@ -134,11 +137,13 @@ def correct_prefix_pools(batch: RolloutBatch) -> Tensor:
 class OracleConfig(GRPOConfig):
     """Oracle credit settings (GRPO's fields, loss fields from :class:`LossConfig`).
 
-    ``value_samples``, ``pool_correct`` and ``whiten`` are read by ``mode="exact"``;
+    ``estimator`` and ``whiten`` are read by ``mode="exact"``, ``value_samples`` and
+    ``pool_correct`` by its ``mc`` estimator;
     ``redistribute`` and ``penalize_wrong_in_success`` by the blame modes.
     """
 
     mode: str = "exact"
+    estimator: str = "mc"
     value_samples: int = 16
     pool_correct: bool = True
     whiten: bool = False
@@ -149,6 +154,10 @@ class OracleConfig(GRPOConfig):
         super().__post_init__()
         if self.mode not in MODES:
             raise ValueError(f"mode: must be one of {', '.join(MODES)} (got {self.mode!r})")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(
+                f"estimator: must be one of {', '.join(ESTIMATORS)} (got {self.estimator!r})"
+            )
         if not (isinstance(self.value_samples, int) and self.value_samples >= 1):
             raise ValueError(f"value_samples: must be an integer >= 1 (got {self.value_samples!r})")
 
@@ -165,10 +174,14 @@ class Oracle(CreditMethod):
 
     def rollout(self, services: Services) -> RolloutBatch:
         batch = services.sample_batch()
-        if self.config.mode == "exact":
-            pools = correct_prefix_pools(batch) if self.config.pool_correct else None
+        cfg = self.config
+        if cfg.mode == "exact":
             with services.reference_passes():
-                values = mc_state_values(services, batch, self.config.value_samples, pools)
+                if cfg.estimator == "analytic":
+                    values = services.task_values(batch)
+                else:
+                    pools = correct_prefix_pools(batch) if cfg.pool_correct else None
+                    values = mc_state_values(services, batch, cfg.value_samples, pools)
             batch.extras = {**(batch.extras or {}), STATE_VALUES: values}
         return batch
 

@@ -115,7 +115,11 @@ def exact_advantages(
 
 
 def mc_state_values(
-    services: Services, batch: RolloutBatch, samples: int, pools: Tensor | None = None
+    services: Services,
+    batch: RolloutBatch,
+    samples: int,
+    pools: Tensor | None = None,
+    only: Tensor | None = None,
 ) -> Tensor:
     """``[B, S]`` Monte-Carlo V(s_k): the mean reward of ``samples`` continuations of each
     distinct state (problem, response prefix), NaN past a row's states.
@@ -123,6 +127,7 @@ def mc_state_values(
     ``pools`` ``[B, S]`` long, optional: states with the same id >= 0 are taken to have one
     value, and each gets the mean over the continuations of all distinct states of its pool
     (the same rollouts, a pool's worth less noise); -1 keeps a state's own estimate.
+    ``only`` ``[B, S]`` bool, optional: estimate these states alone (NaN elsewhere).
 
     A continuation that runs past the run's generation limit counted from the start of the
     response (``services.max_new_tokens``) is scored 0, as a response cut off there would be.
@@ -137,11 +142,15 @@ def mc_state_values(
     prompts = [problem.prompt for problem in services.problems(batch)]
     state_of: dict[tuple[int, tuple[int, ...]], int] = {}
     where: list[tuple[int, int, int]] = []  # (row, k, state)
-    for row, k in valid.nonzero().tolist():
+    wanted = valid if only is None else valid & only
+    for row, k in wanted.nonzero().tolist():
         prefix = tuple(batch.response_ids[row, : int(starts[row, k])].tolist())
         state = state_of.setdefault((int(index[row]), prefix), len(state_of))
         where.append((row, k, state))
     keys = list(state_of)
+    values = torch.full(valid.shape, float("nan"))
+    if not keys:
+        return values
     rows_of_state = {state: row for row, _, state in reversed(where)}
     out = services.generate(
         [prompts[rows_of_state[s]] for s in range(len(keys))],
@@ -163,7 +172,6 @@ def mc_state_values(
         for states in members.values():
             pooled[states] = means[states].mean()
         means = pooled
-    values = torch.full(valid.shape, float("nan"))
     for row, k, state in where:
         values[row, k] = means[state]
     services.report({"value_states": len(keys), "value_rollouts": len(keys) * samples})

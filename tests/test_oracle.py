@@ -167,6 +167,23 @@ def test_exact_rollout_estimates_values_inside_a_reference_block() -> None:
     torch.testing.assert_close(advantages[own], credit.gather(-1, chunks.clamp(min=0))[own])
 
 
+def test_the_analytic_estimator_takes_the_tasks_values_inside_a_reference_block() -> None:
+    services = FakeServices(seed=4)
+    method = Oracle(estimator="analytic")
+    batch = method.rollout(services)
+    assert services.calls == ["sample_batch", "reference_passes", "task_values"]
+    values = batch.extra(STATE_VALUES)
+    torch.testing.assert_close(values, services.task_values(batch), equal_nan=True)
+    starts, valid = state_starts(batch.step_ids)
+    credit = step_credit(values, valid, batch.rewards)
+    # every response's credit sums to R - V(s_0); its fillers get none
+    advantages = method.advantages(batch, services)
+    assert (advantages[batch.extra(FILLER_MASK) > 0] == 0).all()
+    torch.testing.assert_close(credit.sum(-1), batch.rewards - values[:, 0])
+    with pytest.raises(ValueError, match="^estimator:"):
+        OracleConfig(estimator="guess")
+
+
 @given(batch=rollout_batches(extras=True))
 def test_exact_credit_is_non_zero_where_grpo_has_none(batch) -> None:
     """A batch without estimates reads every state at its group's mean: the credit is then

@@ -1,6 +1,7 @@
 """``creditbench bench`` (a suite of methods x seeds x tasks in parallel workers) and
 ``creditbench perf`` (where a step's time goes, against a plain loop) and ``creditbench
-gradients`` (each method's gradient at a fixed policy: norm, consistency, agreement).
+gradients`` (each method's gradient at a fixed policy: norm, consistency, agreement) and
+``creditbench values`` (the task's own state values against Monte Carlo).
 
 creditbench bench --suite quick --workers 2
 creditbench perf
@@ -85,6 +86,24 @@ def _cmd_gradients(args: argparse.Namespace) -> int:
         return usage_error("gradients", str(err))
 
 
+def _cmd_values(args: argparse.Namespace) -> int:
+    from creditbench.harness.config import ConfigError
+    from creditbench.harness.training.value_check import run_value_check
+
+    for flag, value, least in (("--batches", args.batches, 1), ("--states", args.states, 1),
+                               ("--samples", args.samples, 2)):  # fmt: skip
+        if value < least:
+            return usage_error("values", f"{flag}: must be >= {least} (got {value})")
+    set_threads(args.threads)
+    quiet_transformers()
+    try:
+        return run_value_check(
+            args.config, args.overrides, args.batches, args.states, args.samples, args.out
+        )
+    except (ConfigError, ValueError) as err:
+        return usage_error("values", str(err))
+
+
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a benchmark suite (methods x seeds x tasks)")
     p.add_argument("--suite", required=True, help="quick, standard, or a suite YAML file")
@@ -129,3 +148,16 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batches", type=int, default=12, help="batches (default 12)")
     p.add_argument("--threads", type=int)
     p.set_defaults(func=_cmd_gradients)
+
+    p = sub.add_parser(
+        "values",
+        help="the task's own state values against Monte Carlo, at the starting policy",
+    )
+    p.add_argument("--config", help="a YAML run config (default: the defaults)")
+    add_set_option(p)
+    p.add_argument("--batches", type=int, default=2, help="batches (default 2)")
+    p.add_argument("--states", type=int, default=120, help="states per batch (default 120)")
+    p.add_argument("--samples", type=int, default=256, help="continuations a state (256)")
+    p.add_argument("--out", help="write one CSV row per state here")
+    p.add_argument("--threads", type=int)
+    p.set_defaults(func=_cmd_values)

@@ -129,6 +129,22 @@ class FakeServices(StepServices):
         index = extras.get(PROBLEM_INDEX, batch.group_ids).tolist()
         return [SimpleNamespace(prompt=f"problem {i}", answer="0") for i in index]
 
+    def task_values(self, batch: RolloutBatch) -> Tensor:
+        """``[B, S]`` a value in [0, 1] for every state, a hash of (problem, prefix), NaN past a
+        row's states (the states of ``methods.values.state_starts``)."""
+        from creditbench.methods.values import state_starts
+
+        self.calls.append("task_values")
+        if batch.step_ids is None:
+            raise ValueError("state values need the batch's step_ids")
+        starts, valid = state_starts(batch.step_ids)
+        index = (batch.extras or {}).get(PROBLEM_INDEX, batch.group_ids).tolist()
+        values = torch.full(valid.shape, float("nan"))
+        for row, k in valid.nonzero().tolist():
+            prefix = batch.response_ids[row, : int(starts[row, k])].tolist()
+            values[row, k] = zlib.crc32(f"{index[row]}|{prefix}".encode()) % 1000 / 999
+        return values
+
     @contextlib.contextmanager
     def reference_passes(self) -> Iterator[None]:
         """Records that a reference block was opened (nothing here is charged anyway)."""

@@ -29,6 +29,7 @@ from creditbench.harness.scoring.passes import ScoringPasses
 from creditbench.harness.scoring.scorers import Scorers
 from creditbench.harness.services.batches import GradedBatches
 from creditbench.harness.services.prompts import PromptSchedule
+from creditbench.harness.services.task_values import task_state_values
 from creditbench.harness.services.text import TaskText
 from creditbench.harness.tasks.base import is_step_checked
 from creditbench.methods.contract import PREFIX_MASK
@@ -239,6 +240,14 @@ class HarnessServices:
             positions = torch.arange(batch.response_ids.shape[1])
             batch.extras[PREFIX_MASK] = (positions < widths.unsqueeze(-1)).float()
         return batch
+
+    def task_values(self, batch: RolloutBatch) -> Tensor:
+        """The task's V(s_k) of every state, scored by the policy (:mod:`.task_values`)."""
+        values, stats = task_state_values(
+            batch, task=self.task, text=self.text, scoring=self.scoring, tokenizer=self.tokenizer
+        )
+        self.report(stats)
+        return values
 
     def batch_from_responses(
         self,

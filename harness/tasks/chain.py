@@ -56,6 +56,7 @@ from creditbench.harness.tasks.chain_traces import (
     sample_solution,
     splittable,
 )
+from creditbench.harness.tasks.chain_values import ValueProbes, value_probes
 
 __all__ = ["ALPHABET", "ERROR_KINDS", "SFT_MIX", "ChainConfig", "ChainTask", "parse_step_answer"]
 
@@ -282,6 +283,13 @@ class ChainTask:
     def repair_solution(self, problem: Problem, response: str) -> str:
         start, ops = self._key(problem)
         return repair_solution(start, list(ops), response, self.config)
+
+    def value_probes(self, problem: Problem, prefix: str, response: str) -> ValueProbes | None:
+        """What the policy scores for the value of the state ``prefix`` of ``response``
+        (:mod:`chain_values`); None where the state's value is 0."""
+        start, ops = self._key(problem)
+        fillers = tuple(self.config.fillers)
+        return value_probes(start, list(ops), problem.answer, prefix, response, fillers)
 
     # ---------------------------------------------------------------- prompt variants
 

@@ -168,22 +168,17 @@ def parse_answer(text: str) -> tuple[str, int | None]:
     return "ok", int(match.group(1))
 
 
-def judge(start: int, ops: list[Op], text: str) -> Iterator[StepVerdict]:
-    """Every wrong step of ``text``, in order, as :class:`StepVerdict` s.
-
-    ``step`` indexes :attr:`Layout.spans` (the step lines, then the answer line). A response
-    that stops before the chain is done is wrong at the line where it stopped (its answer line),
-    or, with no answer line, at the empty span at the end of the text (``step`` is then
-    ``len(spans)``).
+def walk(start: int, ops: list[Op], lines: list[StepLine | None]) -> Iterator[Alignment]:
+    """The step lines read in order against the operations: after each line, its verdict
+    (None when right), the operation the next line should apply and the value it applies it to
+    (None after a malformed line). Lines are aligned to operations as they go (a skipped or
+    inserted step moves the alignment), which :func:`judge` and the task's state values share.
     """
-    lay = layout(text)
-    lines = [text[s:e] for s, e in lay.steps]
-    parsed = [parse_step(line) for line in lines]
     expected, carried = 0, start  # the op the next line should apply, and to which value
-    for i, (span, line) in enumerate(zip(lay.steps, parsed, strict=True)):
+    for i, line in enumerate(lines):
         verdict = None
         if expected >= len(ops):
-            verdict, expected = "extra step", expected
+            verdict = "extra step"
         elif line is None:
             verdict, expected = "malformed", expected + 1
         elif line.op == ops[expected]:
@@ -194,13 +189,39 @@ def judge(start: int, ops: list[Op], text: str) -> Iterator[StepVerdict]:
             expected += 1
         elif expected + 1 < len(ops) and line.op == ops[expected + 1]:
             verdict, expected = "missing step", expected + 2
-        elif i + 1 < len(parsed) and parsed[i + 1] and parsed[i + 1].op == ops[expected]:
+        elif i + 1 < len(lines) and lines[i + 1] and lines[i + 1].op == ops[expected]:
             verdict = "extra step"
         else:
             verdict, expected = "operand", expected + 1
         carried = line.result if line is not None else None
-        if verdict:
-            yield StepVerdict(i, verdict, *span)
+        yield Alignment(i, verdict, expected, carried)
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Where :func:`walk` stands after step line ``line``."""
+
+    line: int
+    verdict: str | None
+    expected: int
+    carried: int | None
+
+
+def judge(start: int, ops: list[Op], text: str) -> Iterator[StepVerdict]:
+    """Every wrong step of ``text``, in order, as :class:`StepVerdict` s.
+
+    ``step`` indexes :attr:`Layout.spans` (the step lines, then the answer line). A response
+    that stops before the chain is done is wrong at the line where it stopped (its answer line),
+    or, with no answer line, at the empty span at the end of the text (``step`` is then
+    ``len(spans)``).
+    """
+    lay = layout(text)
+    parsed = [parse_step(text[s:e]) for s, e in lay.steps]
+    expected, carried = 0, start
+    for state in walk(start, ops, parsed):
+        expected, carried = state.expected, state.carried
+        if state.verdict:
+            yield StepVerdict(state.line, state.verdict, *lay.steps[state.line])
     stop = len(lay.steps)
     end_span = lay.answer or (lay.length, lay.length)
     if expected < len(ops) or lay.answer is None:

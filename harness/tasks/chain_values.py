@@ -1,0 +1,159 @@
+"""The chain task's own value of a state, V(s) = P_pi(R = 1 | s), from the policy's probability
+of writing the rest of the chain right: the ``analytic`` estimator of the exact-credit oracle.
+
+From a state (the prompt and the first lines of a response) the task knows the operations left
+and the value the last line carried forward. The answer is right when every remaining line is,
+except for what the task's cancelling operations wipe out:
+
+- a later "times 0" makes every line before it irrelevant (the chain goes on from 0);
+- a later "keep the last digit" (``%10``) makes the tens digits before it irrelevant, since
+  ``+``, ``-`` and ``*`` mod 100 carry units digits to units digits.
+
+Taking each line's chance of being right as independent of how the lines before it were
+written (their fillers and forms),
+
+    V(s) = prod_j  sum_{r right for line j}  P_pi(r | s, the lines before j written right)
+
+over the remaining lines j that matter.
+
+A rendering is a line's text after its filler (any connective is right), with its newline; the
+answer line's is ``Answer: v`` and the end of the sequence. A multiplication has two correct
+forms, direct and split. A tens digit that a later ``%10`` wipes out may be any digit: its
+factor is the probability of all ten. From a state whose carried value cannot reach the answer
+(a wrong step that no later operation cancels) V is 0: a second slip undoing the first is
+neglected, as are a one-digit value written with two digits and renderings outside the two
+forms. The estimate is validated against Monte-Carlo values (``creditbench values``).
+
+:func:`value_probes` writes the texts the policy scores and where each rendering lies in them;
+the harness scores them (:mod:`creditbench.harness.services.task_values`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from creditbench.harness.tasks.chain_steps import (
+    ANSWER_MARKER,
+    Op,
+    layout,
+    parse_step,
+    running_values,
+    walk,
+)
+from creditbench.harness.tasks.chain_traces import canonical_split, splittable
+
+TIMES_ZERO: Op = ("*", 0)
+LAST_DIGIT: Op = ("%", 10)
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """Characters ``[start, end)`` of text ``text``; ``end == len(text) + 1`` takes the end of
+    sequence that follows the text."""
+
+    text: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ValueProbes:
+    """What the policy scores for one state's value.
+
+    Attributes:
+        texts: whole responses: the state's lines, then a correct continuation (the first), or
+            a continuation cut after one line written in its other form.
+        free: per text, the positions of digits that may be any digit.
+        lines: per remaining line that matters, its correct renderings.
+    """
+
+    texts: tuple[str, ...]
+    free: tuple[frozenset[int], ...]
+    lines: tuple[tuple[Rendering, ...], ...]
+
+
+def _number(value: int, wiped: str) -> tuple[str, set[int]]:
+    """A number's digits and which of them are free: ``all``, ``tens`` or ``none``."""
+    digits = str(value)
+    if wiped == "all":
+        return digits, set(range(len(digits)))
+    return digits, {0} if wiped == "tens" and len(digits) == 2 else set()
+
+
+def _body(
+    carried: int, op: Op, result: int, split: bool, wipe_carried: str, wipe_result: str
+) -> tuple[str, set[int]]:
+    """A line's text after its filler (see :func:`chain_steps.render_step`), newline included,
+    and its free digit positions."""
+    pieces: list[tuple[str, set[int]]] = [_number(carried, wipe_carried)]
+    if split:
+        a, b = canonical_split(op[1])
+        p, q = carried * a % 100, carried * b % 100
+        pieces += [(f"*({a}+{b})=", set()), _number(p, wipe_result), ("+", set())]
+        pieces += [_number(q, wipe_result), ("=", set())]
+    else:
+        pieces.append((f"{op[0]}{op[1]}=", set()))
+    pieces += [_number(result, wipe_result), ("\n", set())]
+    text, free = "", set()
+    for piece, positions in pieces:
+        free |= {len(text) + i for i in positions}
+        text += piece
+    return text, free
+
+
+def value_probes(
+    start: int, ops: list[Op], answer: str, prefix: str, response: str, fillers: tuple[str, ...]
+) -> ValueProbes | None:
+    """The probes of the state ``prefix`` (a response's first whole lines, each with its
+    newline) of a problem, or None where its value is 0.
+
+    The continuation keeps the filler and the form of ``response``'s own lines where they apply
+    the right operation (as the task's repair does), else the first filler and the direct form.
+    """
+    lay = layout(prefix)
+    if lay.answer is not None:
+        raise ValueError("prefix: a state ends before the answer line")
+    parsed = [parse_step(prefix[s:e]) for s, e in lay.steps]
+    expected, carried = 0, start
+    for state in walk(start, ops, parsed):
+        expected, carried = state.expected, state.carried
+    if carried is None:  # after a malformed line the chain has no value to go on from
+        return None
+    values = running_values(carried, ops[expected:])
+    if str(values[-1]) != answer:
+        return None
+    own = [parse_step(response[s:e]) for s, e in layout(response).steps]
+
+    text, free = prefix, set()
+    texts: list[str] = []  # the alternatives' texts; the main continuation is prepended
+    frees: list[frozenset[int]] = []
+    lines: list[tuple[Rendering, ...]] = []
+    for offset, op in enumerate(ops[expected:]):
+        i = expected + offset
+        line = own[len(parsed) + offset] if len(parsed) + offset < len(own) else None
+        mine = line is not None and line.op == op
+        filler = line.filler if mine and line.filler else fillers[0] + " "
+        split = mine and line.parts is not None and splittable(op)
+        carried, result = values[offset], values[offset + 1]
+        later = ops[i + 1 :]
+        if TIMES_ZERO in later:  # wiped out: written, not scored
+            text += filler + _body(carried, op, result, split, "none", "none")[0]
+            continue
+        wipe_result = "tens" if LAST_DIGIT in later else "none"
+        wipe_carried = "all" if op == TIMES_ZERO else "tens" if LAST_DIGIT in ops[i:] else "none"
+        text += filler
+        cut = len(text)
+        body, positions = _body(carried, op, result, split, wipe_carried, wipe_result)
+        renderings = [Rendering(0, cut, cut + len(body))]
+        if splittable(op):  # the other form, in a text cut after it
+            other, other_free = _body(carried, op, result, not split, wipe_carried, wipe_result)
+            texts.append(text + other)
+            frees.append(frozenset(free | {cut + p for p in other_free}))
+            renderings.append(Rendering(len(texts), cut, cut + len(other)))
+        free |= {cut + p for p in positions}
+        text += body
+        lines.append(tuple(renderings))
+    final = f"{ANSWER_MARKER} {values[-1]}"
+    lines.append((Rendering(0, len(text), len(text) + len(final) + 1),))
+    text += final
+    return ValueProbes((text, *texts), (frozenset(free), *frees), tuple(lines))

@@ -1,0 +1,151 @@
+"""Does the task's own value of a state agree with Monte Carlo? (``creditbench values``)
+
+The exact-credit oracle can take its values V(s_k) = P(R = 1 | s_k) from the task
+(``estimator=analytic``, ``Services.task_values``) instead of from continuations. That estimate
+rests on approximations (``harness/tasks/chain_values.py``), so before it stands in for Monte
+Carlo it is checked against it: ``creditbench values`` samples ``batches`` batches at the run's
+starting policy (no step is taken), picks ``states`` distinct states of each at random, and
+estimates each state's value both ways, Monte Carlo with ``samples`` continuations.
+
+A Monte-Carlo value is itself noisy (standard error sqrt(V(1 - V)/M)), so the summary gives,
+beside the mean absolute difference, the part of it that noise alone explains and the error of
+the task's values once the Monte-Carlo variance is taken out:
+
+- ``mae``: mean |analytic - mc|;
+- ``noise_mae``: the mean |difference| Monte-Carlo noise alone would give,
+  mean sqrt(2/pi * m(1 - m)/(M - 1)) (a normal approximation);
+- ``bias``: mean (analytic - mc), with a 95% interval over states;
+- ``rmse_corrected``: sqrt(max(0, mean (analytic - mc)^2 - mean m(1 - m)/(M - 1))), the root
+  mean squared error of the analytic value against the true one (the estimator's noise has
+  that variance, unbiasedly);
+
+over all states and separately for the states whose steps are all right so far and the states
+after a wrong step.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from creditbench.methods.contract import FIRST_WRONG_MASK, PROBLEM_INDEX
+from creditbench.methods.rollouts import true_first_wrong
+from creditbench.methods.values import mc_state_values, state_starts
+
+FIELDS = ("batch", "problem", "state", "right_so_far", "analytic", "mc", "samples")
+
+
+def compare_values(trainer: Any, batches: int, states: int, samples: int) -> list[dict]:
+    """One record per compared state (:data:`FIELDS`)."""
+    services = trainer.services
+    records: list[dict] = []
+    for b in range(batches):
+        services.begin_step(b, defer_behaviour=False, reference_method=True)
+        batch = services.sample_batch()
+        analytic = services.task_values(batch)
+        starts, valid = state_starts(batch.step_ids)
+        index = batch.extra(PROBLEM_INDEX).tolist()
+        first = true_first_wrong(batch.step_ids, batch.extra(FIRST_WRONG_MASK)).tolist()
+        distinct: dict[tuple, tuple[int, int]] = {}
+        for row, k in valid.nonzero().tolist():
+            prefix = tuple(batch.response_ids[row, : int(starts[row, k])].tolist())
+            distinct.setdefault((index[row], prefix), (row, k))
+        chosen = list(distinct.values())
+        order = torch.randperm(len(chosen), generator=services.generator(7919)).tolist()
+        chosen = [chosen[i] for i in order[:states]]
+        only = torch.zeros_like(valid)
+        for row, k in chosen:
+            only[row, k] = True
+        with services.reference_passes():
+            mc = mc_state_values(services, batch, samples, only=only)
+        for row, k in chosen:
+            records.append(
+                {
+                    "batch": b,
+                    "problem": index[row],
+                    "state": k,
+                    "right_so_far": int(first[row] < 0 or k <= first[row]),
+                    "analytic": float(analytic[row, k]),
+                    "mc": float(mc[row, k]),
+                    "samples": samples,
+                }
+            )
+    return records
+
+
+def summarize(records: list[dict]) -> dict[str, float]:
+    """The figures of the module docstring over ``records``."""
+    diffs = [r["analytic"] - r["mc"] for r in records]
+    noise = [r["mc"] * (1 - r["mc"]) / max(r["samples"] - 1, 1) for r in records]
+    n = len(diffs)
+    bias = statistics.mean(diffs)
+    half = 1.96 * statistics.stdev(diffs) / math.sqrt(n) if n > 1 else math.nan
+    squared = statistics.mean(d * d for d in diffs) - statistics.mean(noise)
+    return {
+        "states": n,
+        "mae": statistics.mean(abs(d) for d in diffs),
+        "noise_mae": statistics.mean(math.sqrt(2 / math.pi * v) for v in noise),
+        "bias": bias,
+        "bias_lo": bias - half,
+        "bias_hi": bias + half,
+        "rmse_corrected": math.sqrt(max(squared, 0.0)),
+        "mean_value": statistics.mean(r["mc"] for r in records),
+    }
+
+
+def run_value_check(
+    config_path: str | None,
+    overrides: list[str],
+    batches: int,
+    states: int,
+    samples: int,
+    out: str | None,
+) -> int:
+    """Build the run of the config at its starting policy, compare, print (and write)."""
+    from creditbench.harness.config import load_config
+    from creditbench.harness.training.trainer import Trainer
+
+    config = load_config(config_path, overrides)
+    with tempfile.TemporaryDirectory() as scratch:
+        trainer = Trainer(config, scratch)
+        trainer.build()
+        records = compare_values(trainer, batches, states, samples)
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        with partial.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(records)
+        partial.replace(path)
+    print(
+        f"{len(records)} states of {batches} batches of {config.rollout.prompts_per_step} x "
+        f"{config.rollout.group_size} at the starting policy of task {config.task} "
+        f"{config.task_options}; Monte Carlo with {samples} continuations each"
+    )
+    print(
+        f"  {'states':<14} {'n':>4} {'mean V':>7} {'mae':>6} {'noise_mae':>9} "
+        f"{'bias [95%]':>24} {'rmse_corrected':>14}"
+    )
+    groups = {
+        "all": records,
+        "right so far": [r for r in records if r["right_so_far"]],
+        "after a wrong": [r for r in records if not r["right_so_far"]],
+    }
+    for name, group in groups.items():
+        if not group:
+            continue
+        s = summarize(group)
+        interval = f"{s['bias']:+.3f} [{s['bias_lo']:+.3f}, {s['bias_hi']:+.3f}]"
+        print(
+            f"  {name:<14} {s['states']:>4} {s['mean_value']:7.3f} {s['mae']:6.3f} "
+            f"{s['noise_mae']:9.3f} {interval:>24} {s['rmse_corrected']:14.3f}"
+        )
+    return 0

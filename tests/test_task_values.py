@@ -1,0 +1,180 @@
+"""The testbed's own state values (the oracle's ``analytic`` estimator): the task's probes, their
+scoring by the policy, and ``creditbench values``, which checks them against Monte Carlo."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from creditbench.harness.cli.main import main
+from creditbench.harness.tasks.chain import ChainTask
+from creditbench.harness.tasks.chain_steps import parse_step
+from creditbench.harness.training.value_check import summarize
+
+TASK = ChainTask()
+
+
+def probes(ops, prefix_lines=(), start=21, response=None):
+    problem = TASK.make_problem("p", start, ops)
+    prefix = "".join(line + "\n" for line in prefix_lines)
+    return problem, TASK.value_probes(problem, prefix, response or prefix)
+
+
+def scored(found, line):
+    """The text each rendering of ``line`` covers (the end of sequence as ``$``)."""
+    out = []
+    for r in found.lines[line]:
+        text = found.texts[r.text]
+        out.append(text[r.start : r.end] + ("$" if r.end > len(text) else ""))
+    return out
+
+
+# --- the task's probes (no model) -------------------------------------------------------------
+
+
+def test_a_right_state_scores_every_remaining_line_and_both_forms_of_a_product():
+    problem, found = probes([("+", 5), ("*", 7), ("-", 4)])  # 21 -> 26 -> 82 -> 78
+    assert found.texts[0] == "so 21+5=26\nso 26*7=82\nso 82-4=78\nAnswer: 78"
+    assert TASK.grade(problem, found.texts[0]).reward == 1.0
+    assert [scored(found, j) for j in range(4)] == [
+        ["21+5=26\n"],
+        ["26*7=82\n", "26*(3+4)=78+4=82\n"],  # the filler is not scored: any filler is right
+        ["82-4=78\n"],
+        ["Answer: 78$"],
+    ]
+    # the other form is a text cut after it, continuing the same lines
+    assert found.texts[1] == "so 21+5=26\nso 26*(3+4)=78+4=82\n"
+    assert all(not free for free in found.free)  # no cancelling operation: every digit counts
+
+
+def test_the_continuation_keeps_the_responses_own_fillers_and_forms():
+    response = "then 21+5=26\nnow 26*(3+4)=78+4=82\nnext 82-4=77\nAnswer: 77"
+    _, found = probes([("+", 5), ("*", 7), ("-", 4)], ["then 21+5=26"], response=response)
+    assert found.texts[0] == "then 21+5=26\nnow 26*(3+4)=78+4=82\nnext 82-4=78\nAnswer: 78"
+    assert scored(found, 0) == ["26*(3+4)=78+4=82\n", "26*7=82\n"]
+    assert len(found.lines) == 3  # the state's own line is not a remaining line
+
+
+def test_a_later_last_digit_frees_the_tens_digits_before_it():
+    _, found = probes([("+", 25), ("-", 3), ("%", 10), ("+", 4)])  # 21 46 43 3 7
+    text = found.texts[0]
+    assert text == "so 21+25=46\nso 46-3=43\nso 43%10=3\nso 3+4=7\nAnswer: 7"
+    tens = [i for i in range(len(text) - 1) if text[i : i + 2] in ("21", "46", "43")]
+    # the tens digits of 21, 46 (twice) and 43 (twice), up to the %10; 3 and 7 are units
+    assert sorted(found.free[0]) == tens and len(tens) == 5
+
+
+def test_a_later_times_zero_leaves_the_lines_before_it_unscored():
+    _, found = probes([("+", 5), ("-", 9), ("*", 0), ("+", 3)])
+    assert found.texts[0] == "so 21+5=26\nso 26-9=17\nso 17*0=0\nso 0+3=3\nAnswer: 3"
+    assert [scored(found, j) for j in range(len(found.lines))] == [
+        ["17*0=0\n"],
+        ["0+3=3\n"],
+        ["Answer: 3$"],
+    ]
+    start = found.texts[0].index("17*0")
+    assert found.free[0] == {start, start + 1}  # times 0 of anything: its carried value is free
+
+
+def test_a_wrong_state_is_worth_nothing_unless_a_later_operation_cancels_it():
+    _, wrong = probes([("+", 5), ("-", 9), ("+", 3)], ["so 21+5=36"])
+    assert wrong is None  # the slip reaches the answer
+    _, cancelled = probes([("+", 5), ("-", 9), ("%", 10)], ["so 21+5=36"])  # 26 or 36: 7 left
+    assert cancelled is not None
+    assert cancelled.texts[0] == "so 21+5=36\nso 36-9=27\nso 27%10=7\nAnswer: 7"
+    _, malformed = probes([("+", 5), ("*", 0)], ["so 21+5 is 26"])
+    assert malformed is None  # no value to go on from
+
+
+def test_a_state_holds_whole_lines_only():
+    problem = TASK.make_problem("p", 21, [("+", 5)])
+    with pytest.raises(ValueError, match="^prefix:"):
+        TASK.value_probes(problem, "so 21+5=26\nAnswer: 26", "so 21+5=26\nAnswer: 26")
+
+
+# --- scored by the policy ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory):
+    from creditbench.harness.config import load_config
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.tasks import get_task
+    from creditbench.harness.training.trainer import Trainer
+
+    tmp = tmp_path_factory.mktemp("values")
+    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
+    policy = save_policy(build_model("nano", tokenizer, seed=0), tokenizer, tmp / "nano")
+    config = load_config(None, ["task=chain", "task_options.steps=2", f"model.path={policy}"])
+    trainer = Trainer(config, str(tmp / "run"))
+    trainer.build()
+    trainer.services.begin_step(0, reference_method=True)
+    return trainer.services
+
+
+def test_a_state_is_worth_the_policys_probability_of_its_right_lines(services):
+    """On a problem of additions and subtractions alone, V(s_k) is the product of the policy's
+    probabilities of the remaining lines after their fillers, and of the answer and the end of
+    sequence, read off one teacher-forced score of the right solution."""
+    index, problem = next(
+        (i, p)
+        for i, p in enumerate(services.train_problems)
+        if all(op[0] in "+-" for op in p.metadata["ops"])
+    )
+    solution = services.task.reference_solution(problem)
+    batch = services.batch_from_responses([index], [solution])
+    values = services.task_values(batch)
+    logprobs = services.score(batch)[0]  # one token per character, then the end of sequence
+    lines = solution.split("\n")
+    spans, at = [], 0
+    for line in lines[:-1]:
+        body = len(parse_step(line).filler)  # the filler is not scored
+        spans.append((at + body, at + len(line) + 1))  # the line and its newline
+        at += len(line) + 1
+    spans.append((at, len(solution) + 1))  # the answer line and the end of sequence
+    expected = [
+        math.exp(sum(float(logprobs[s:e].sum()) for s, e in spans[k:])) for k in range(len(spans))
+    ]
+    torch.testing.assert_close(values[0, : len(spans)], torch.tensor(expected), rtol=1e-4, atol=0)
+    assert services.stats["value_texts"] == 1.0  # every state continues the same text
+
+
+def test_every_state_of_a_sampled_batch_gets_a_probability(services):
+    from creditbench.methods.values import state_starts
+
+    batch = services.sample_batch()
+    values = services.task_values(batch)
+    _, valid = state_starts(batch.step_ids)
+    assert torch.isnan(values[~valid]).all()
+    assert ((values[valid] >= 0) & (values[valid] <= 1)).all()
+
+
+# --- the check against Monte Carlo ------------------------------------------------------------
+
+
+def test_the_summary_separates_monte_carlo_noise_from_the_estimators_error():
+    rng = random.Random(0)
+    samples = 64
+    truth = [rng.random() for _ in range(400)]
+
+    def records(analytic):
+        out = []
+        for p, a in zip(truth, analytic, strict=True):
+            mc = sum(rng.random() < p for _ in range(samples)) / samples
+            out.append({"analytic": a, "mc": mc, "samples": samples})
+        return out
+
+    exact = summarize(records(truth))
+    assert abs(exact["mae"] - exact["noise_mae"]) < 0.01  # all of it is noise
+    assert exact["rmse_corrected"] < 0.02 and exact["bias_lo"] < 0 < exact["bias_hi"]
+    off = summarize(records([min(p + 0.1, 1.0) for p in truth]))
+    assert off["bias_lo"] > 0.05 and off["rmse_corrected"] > 0.07
+
+
+def test_the_command_refuses_a_single_continuation(capsys):
+    assert main(["values", "--samples", "1"]) == 2
+    assert "--samples" in capsys.readouterr().err

@@ -148,7 +148,7 @@ def test_bad_mode_is_named() -> None:
 
 def test_exact_rollout_estimates_values_inside_a_reference_block() -> None:
     services = FakeServices(seed=4)
-    method = Oracle(value_samples=3, pool_correct=False)
+    method = Oracle(estimator="mc", value_samples=3, pool_correct=False)
     batch = method.rollout(services)
     assert services.calls[:3] == ["sample_batch", "reference_passes", "problems"]
     assert services.calls[3].startswith("generate:")
@@ -203,7 +203,7 @@ def test_exact_credit_is_non_zero_where_grpo_has_none(batch) -> None:
 
 def test_whitened_exact_credit_keeps_fillers_at_zero() -> None:
     services = FakeServices(seed=1)
-    method = Oracle(value_samples=2, whiten=True)
+    method = Oracle(estimator="mc", value_samples=2, whiten=True)
     batch = method.rollout(services)
     advantages = method.advantages(batch, services)
     filler = batch.extra(FILLER_MASK) > 0

@@ -341,7 +341,8 @@ def test_a_reference_methods_value_passes_are_counted_not_charged(nano_policy, t
     continuations run in a reference block: counted in reference_*, not in flops."""
     short = ("budget.amount=1", "budget.eval_fractions=[1.0]")
     run(nano_policy, tmp_path / "grpo", "grpo", *short)
-    run(nano_policy, tmp_path / "oracle", "oracle", *short, "method_options.value_samples=2")
+    mc = ("method_options.estimator=mc", "method_options.value_samples=2")
+    run(nano_policy, tmp_path / "oracle", "oracle", *short, *mc)
     (grpo,) = [r for r in RunDir(tmp_path / "grpo").read_metrics() if "clip_frac" in r]
     (oracle,) = [r for r in RunDir(tmp_path / "oracle").read_metrics() if "clip_frac" in r]
     assert oracle["flops"] == grpo["flops"]
@@ -349,6 +350,12 @@ def test_a_reference_methods_value_passes_are_counted_not_charged(nano_policy, t
     assert oracle["reference_flops"] > 0 and oracle["reference_generated_tokens"] > 0
     assert oracle["value_rollouts"] == 2 * oracle["value_states"]
     assert "reference_flops" not in grpo
+    # the task's own values: a scoring pass over its texts, nothing generated, nothing charged
+    run(nano_policy, tmp_path / "analytic", "oracle", *short, "method_options.estimator=analytic")
+    (analytic,) = [r for r in RunDir(tmp_path / "analytic").read_metrics() if "clip_frac" in r]
+    assert analytic["flops"] == grpo["flops"]
+    assert analytic["reference_flops"] > 0 and analytic.get("reference_generated_tokens", 0) == 0
+    assert analytic["value_texts"] >= 1 and analytic["value_states"] >= 1
 
 
 def test_only_a_reference_method_may_open_an_uncharged_block(nano_policy, tmp_path):

@@ -35,6 +35,10 @@ from creditbench.harness.tasks.base import is_step_checked
 from creditbench.methods.contract import PREFIX_MASK
 from creditbench.methods.core import RolloutBatch
 
+# Rows one sampling call decodes together at most: a larger request (value continuations of
+# hundreds of states) is sampled in chunks of prompts, so its cache fits in memory.
+MAX_ROWS_PER_CALL = 8192
+
 
 class HarnessServices:
     """The services of one run (the :class:`~creditbench.methods.contract.Services` contract).
@@ -168,8 +172,14 @@ class HarnessServices:
         if self.sampler is not None:
             samples = self.sampler.sample(prompts, **options)
         else:
+            per_call = max(1, MAX_ROWS_PER_CALL // max(n, 1))
             samples = sample_responses(
-                self.policy, self.tokenizer, prompts, engine=cfg.backend, **options
+                self.policy,
+                self.tokenizer,
+                prompts,
+                engine=cfg.backend,
+                batch_size=per_call if len(prompts) > per_call else None,
+                **options,
             )
         contexts = samples.prompt_mask.sum(-1).long() + samples.response_mask.sum(-1).long()
         self.meter.charge_generation(contexts - samples.new_tokens, samples.new_tokens)

@@ -29,7 +29,7 @@ DIGITS = "0123456789"
 
 def _score_texts(
     scoring: ScoringPasses, tokenizer: Any, prompts: list[str], texts: list[str]
-) -> list[tuple[list[tuple[int, int]], Tensor, Tensor]]:
+) -> list[tuple[list[tuple[int, int]], list[float], list[float]]]:
     """Per text: its tokens' character spans, the log-prob of each token (the end of sequence
     last) and of "any digit" at each position (``[L + 1]`` each)."""
     eos = tokenizer.eos_token_id
@@ -62,7 +62,8 @@ def _score_texts(
         width = len(tokens)
         actual = logprobs[row, :width, 0]
         any_digit = logprobs[row, :width, 1:].logsumexp(-1) if logprobs.shape[-1] > 1 else actual
-        out.append((token_char_offsets(tokenizer, tokens[:-1]), actual, any_digit))
+        offsets = token_char_offsets(tokenizer, tokens[:-1])
+        out.append((offsets, actual.tolist(), any_digit.tolist()))
     return out
 
 
@@ -75,9 +76,9 @@ def _rendering_logprob(scored, free: frozenset[int], start: int, end: int, lengt
     for i, (s, e) in enumerate(offsets):
         if start <= s < end:
             use_any = e == s + 1 and s in free
-            total += float(any_digit[i] if use_any else actual[i])
+            total += any_digit[i] if use_any else actual[i]
     if end > length:
-        total += float(actual[len(offsets)])
+        total += actual[len(offsets)]
     return total
 
 

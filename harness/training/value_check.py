@@ -38,6 +38,7 @@ from creditbench.methods.contract import FIRST_WRONG_MASK, PROBLEM_INDEX
 from creditbench.methods.rollouts import true_first_wrong
 from creditbench.methods.values import mc_state_values, state_starts
 
+CONTINUATIONS_PER_CALL = 4096
 FIELDS = ("batch", "problem", "state", "right_so_far", "analytic", "mc", "samples")
 
 
@@ -59,11 +60,15 @@ def compare_values(trainer: Any, batches: int, states: int, samples: int) -> lis
         chosen = list(distinct.values())
         order = torch.randperm(len(chosen), generator=services.generator(7919)).tolist()
         chosen = [chosen[i] for i in order[:states]]
-        only = torch.zeros_like(valid)
-        for row, k in chosen:
-            only[row, k] = True
-        with services.reference_passes():
-            mc = mc_state_values(services, batch, samples, only=only)
+        mc = torch.full(valid.shape, float("nan"))
+        per_call = max(1, CONTINUATIONS_PER_CALL // samples)
+        for start in range(0, len(chosen), per_call):  # a bounded cache per sampling call
+            only = torch.zeros_like(valid)
+            for row, k in chosen[start : start + per_call]:
+                only[row, k] = True
+            with services.reference_passes():
+                part = mc_state_values(services, batch, samples, only=only)
+            mc = torch.where(only, part, mc)
         for row, k in chosen:
             records.append(
                 {

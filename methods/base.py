@@ -152,6 +152,10 @@ class CreditMethod:
             skips the scoring pass and takes the behaviour log-probs from the update's own
             first forward, as TRL does; until then ``old_logprobs`` hold NaN. The conformance
             suite checks a method that says False.
+        needs_behaviour_entropy: `rollout`, `advantages` or `loss_mask` read the behaviour
+            policy's entropy, :data:`methods.contract.BEHAVIOUR_ENTROPY` in ``batch.extras``;
+            the harness then computes it with the behaviour log-probs, in the same scoring
+            pass (which it never skips for such a method).
     """
 
     name: ClassVar[str] = ""
@@ -163,6 +167,7 @@ class CreditMethod:
     requires_extras: ClassVar[tuple[str, ...]] = ()
     decoding_variants: ClassVar[tuple[str, ...]] = ()
     needs_behaviour_logprobs: ClassVar[bool] = True
+    needs_behaviour_entropy: ClassVar[bool] = False
 
     def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
         self.config = config if config is not None else self.config_class(overrides)(**overrides)
@@ -229,7 +234,9 @@ class CreditMethod:
         """
         cfg = self.config
         mask = batch.response_mask
-        normalizers = loss_normalizers(cfg, mask, normalizers, services)
+        # Averaged over the loss mask's tokens; a token outside it has zero advantage, so the
+        # sum over the response mask is the same (and a micro-batch's sum is its share).
+        normalizers = loss_normalizers(cfg, self.loss_mask(batch), normalizers, services)
         level = cfg.ratio_level
         ratio = importance_ratio(logprobs, batch.old_logprobs, mask, level)  # type: ignore[arg-type]
         if cfg.clip:

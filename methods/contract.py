@@ -92,6 +92,15 @@ WRONG_STEP_MASK = _declare(
 )
 FILLER_MASK = _declare(ExtraKey("filler_mask", "[B, T]", "1 on reward-irrelevant filler tokens"))
 
+BEHAVIOUR_ENTROPY = _declare(
+    ExtraKey(
+        "behaviour_entropy",
+        "[B, T]",
+        "the behaviour policy's entropy (of the tempered distribution, in nats) at each response "
+        "token, from the scoring pass; on the batches of a method with needs_behaviour_entropy",
+    )
+)
+
 STEP_TRUTH_KEYS: tuple[ExtraKey, ...] = (
     FIRST_WRONG_MASK,
     AFTER_WRONG_MASK,

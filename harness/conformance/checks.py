@@ -49,8 +49,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @functools.cache
 def batches_for(name: str, min_groups: int = 1) -> st.SearchStrategy[RolloutBatch]:
     """Batches a method can take: with extras if it reads them, with or without otherwise."""
-    extras = True if get_method(name).requires_extras else None
-    return rollout_batches(extras=extras, min_groups=min_groups)
+    cls = get_method(name)
+    extras = True if cls.requires_extras else None
+    return rollout_batches(
+        extras=extras, entropy=cls.needs_behaviour_entropy, min_groups=min_groups
+    )
 
 
 def advantages_of(name: str, batch: RolloutBatch) -> Tensor:

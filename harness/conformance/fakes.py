@@ -55,13 +55,14 @@ class FakeServices(StepServices):
     max_new_tokens: int = 8
 
     def sample_batch(self) -> RolloutBatch:
-        """Three groups (sizes 4, 4, 1) of 0/1-rewarded responses, fixed by ``seed + step``."""
+        """Three groups (sizes 4, 4, 1) of 0/1-rewarded responses, fixed by ``seed + step``,
+        with the step ground truth and a behaviour entropy."""
         self.calls.append("sample_batch")
         gen = torch.Generator().manual_seed(self.seed + self.step)
         sizes = [4, 4, 1]
         lengths = torch.randint(1, 9, (sum(sizes),), generator=gen).tolist()
         rewards = (torch.rand(sum(sizes), generator=gen) < 0.5).float().tolist()
-        return build_batch(sizes, lengths, rewards, seed=self.seed + self.step)
+        return build_batch(sizes, lengths, rewards, seed=self.seed + self.step, with_entropy=True)
 
     def score(self, batch: RolloutBatch, prompts: Any = None, model: str = "policy") -> Tensor:
         """Per-token log-probs ``[B, T]`` of the batch's responses, 0 where the mask is 0.

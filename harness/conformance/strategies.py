@@ -20,7 +20,7 @@ import torch
 from hypothesis import strategies as st
 from torch import Tensor
 
-from creditbench.methods.contract import PROBLEM_INDEX, STEP_TRUTH_KEYS
+from creditbench.methods.contract import BEHAVIOUR_ENTROPY, PROBLEM_INDEX, STEP_TRUTH_KEYS
 from creditbench.methods.core import RolloutBatch
 
 VOCAB = 32
@@ -87,6 +87,7 @@ def build_batch(
     with_ref: bool = True,
     with_steps: bool = True,
     with_extras: bool = True,
+    with_entropy: bool = False,
     shuffle_rows: bool = False,
 ) -> RolloutBatch:
     """A valid :class:`RolloutBatch` with the given structure.
@@ -98,6 +99,8 @@ def build_batch(
         seed: seeds every float and token id.
         width: padded width ``T`` (default: the longest response).
         group_labels: one id per group (default ``0, 1, ...``).
+        with_entropy: add a behaviour entropy (:data:`BEHAVIOUR_ENTROPY`, quarters in [0, 3),
+            so that some tie) to the extras.
         shuffle_rows: interleave the groups instead of keeping each group's rows adjacent.
     """
     size = sum(group_sizes)
@@ -133,6 +136,10 @@ def build_batch(
         extras = masks if with_extras else None
     if extras is not None:  # as a graded batch carries it: the problem of each row's group
         extras[PROBLEM_INDEX] = per_group.clone()
+    if with_entropy:
+        own = torch.Generator().manual_seed(seed + 1)  # leaves every other draw as it was
+        entropy = torch.randint(0, 12, (size, width), generator=own) / 4.0
+        extras = {**(extras or {}), BEHAVIOUR_ENTROPY: entropy * response_mask}
 
     batch = RolloutBatch(
         prompt_ids=prompt_ids[per_group],
@@ -168,11 +175,12 @@ def rollout_batches(
     max_group_size: int = 4,
     max_len: int = 6,
     extras: bool | None = None,
+    entropy: bool = False,
 ) -> RolloutBatch:
     """Random valid batches: groups of one and unequal sizes, unequal lengths (>= 1 token),
     0/1 or dyadic rewards, optional reference log-probs and step ids, and the step ground
     truth of :data:`STEP_TRUTH_KEYS` (always with ``extras=True``, never with ``False``, either
-    way with ``None``)."""
+    way with ``None``); with ``entropy`` the behaviour entropy too."""
     num_groups = draw(st.integers(min_groups, max_groups))
     group_size, length = st.integers(1, max_group_size), st.integers(1, max_len)
     sizes = [draw(group_size) for _ in range(num_groups)]
@@ -195,6 +203,7 @@ def rollout_batches(
         with_ref=draw(st.booleans()),
         with_steps=with_extras or draw(st.booleans()),
         with_extras=with_extras,
+        with_entropy=entropy,
         shuffle_rows=draw(st.booleans()),
     )
 

@@ -166,11 +166,16 @@ def token_logprobs_and_entropy(
     )
     mask = response_mask.to(logits.device)
     logprobs = gather_logprobs(logits, response_ids, temperature) * mask
+    return logprobs.cpu(), tempered_entropy(logits, temperature, mask).cpu()
+
+
+def tempered_entropy(logits: Tensor, temperature: float, mask: Tensor) -> Tensor:
+    """``[b, T]`` the entropy of ``softmax(logits / temperature)``, without gradient, 0 where
+    ``mask`` is 0 (temperature 0: of the untempered logits)."""
     with torch.no_grad():
         scaled = logits.detach() / temperature if temperature > 0 else logits.detach()
         log_p = torch.log_softmax(scaled, dim=-1)
-        entropy = -(log_p.exp() * log_p).sum(-1) * mask
-    return logprobs.cpu(), entropy.cpu()
+        return -(log_p.exp() * log_p).sum(-1) * mask
 
 
 @torch.no_grad()
@@ -184,14 +189,16 @@ def score_responses(
     micro_batch_size: int,
     temperature: float = 1.0,
     shared_prefix: bool = False,
-) -> Tensor:
-    """Teacher-forced log-probs ``[B, T]`` of fixed responses, batched, without gradient.
+    with_entropy: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Teacher-forced log-probs ``[B, T]`` of fixed responses, batched, without gradient, and
+    with ``with_entropy`` the tempered distribution's entropy ``[B, T]`` beside them.
 
     The behaviour log-probs, the reference model's, and a method's extra passes (responses
     under other prompts, or under a frozen teacher) all come from here. Rows are scored in
     micro-batches of ``micro_batch_size`` consecutive rows, the layout the training pass uses.
     """
-    parts = []
+    parts, entropies = [], []
     for start in range(0, response_ids.shape[0], micro_batch_size):
         rows = slice(start, start + micro_batch_size)
         logits = response_logits(
@@ -202,8 +209,11 @@ def score_responses(
             response_mask[rows],
             shared_prefix=shared_prefix,
         )
-        logprobs = gather_logprobs(logits, response_ids[rows], temperature)
-        parts.append((logprobs * response_mask[rows].to(logits.device)).cpu())
-    if not parts:
-        return torch.zeros_like(response_mask)
-    return torch.cat(parts, dim=0)
+        mask = response_mask[rows].to(logits.device)
+        parts.append((gather_logprobs(logits, response_ids[rows], temperature) * mask).cpu())
+        if with_entropy:
+            entropies.append(tempered_entropy(logits, temperature, mask).cpu())
+    logprobs = torch.cat(parts, dim=0) if parts else torch.zeros_like(response_mask)
+    if not with_entropy:
+        return logprobs
+    return logprobs, torch.cat(entropies, dim=0) if entropies else torch.zeros_like(response_mask)

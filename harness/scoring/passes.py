@@ -80,10 +80,20 @@ class ScoringPasses:
 
         Zero where ``batch.response_mask`` is 0. Charged as a forward pass of that model.
         """
+        return self._score(batch, prompts, model, with_entropy=False)  # type: ignore[return-value]
+
+    def score_with_entropy(self, batch: RolloutBatch) -> tuple[Tensor, Tensor]:
+        """The policy's log-probs ``[B, T]`` of the batch's responses and its entropy ``[B, T]``
+        at each of their positions, from one pass charged as :meth:`score`'s."""
+        return self._score(batch, None, "policy", with_entropy=True)  # type: ignore[return-value]
+
+    def _score(
+        self, batch: RolloutBatch, prompts: Sequence[str] | None, model: str, *, with_entropy: bool
+    ) -> Tensor | tuple[Tensor, Tensor]:
         scorer = self.scorers.get(model)
         prompt_ids, prompt_mask = self._prompt_layout(batch, prompts)
         started = time.perf_counter()
-        logprobs = score_responses(
+        out = score_responses(
             scorer,
             prompt_ids,
             prompt_mask,
@@ -92,10 +102,11 @@ class ScoringPasses:
             micro_batch_size=self.micro_batch_size,
             temperature=self.temperature,
             shared_prefix=self.shared_prefix,
+            with_entropy=with_entropy,
         )
         self._charge_scoring(model, batch, prompt_mask)
         self.seconds["scoring"] += time.perf_counter() - started
-        return logprobs
+        return out
 
     def track_ema(self, rate: float) -> None:
         """Keep an exponential moving average of the policy, scored as ``model="ema"``

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from creditbench.harness.sampling.rollout import Samples, assemble_samples, cut_at_eos, encode
 from creditbench.harness.scoring.passes import ScoringPasses
-from creditbench.methods.contract import PROBLEM_INDEX, STEP_TRUTH_KEYS
+from creditbench.methods.contract import BEHAVIOUR_ENTROPY, PROBLEM_INDEX, STEP_TRUTH_KEYS
 from creditbench.methods.core import RolloutBatch
 
 
@@ -49,6 +49,8 @@ class GradedBatches:
         # Set per step by the trainer: the update's first forward gives the behaviour
         # log-probs (an exactly on-policy update), so the scoring pass is skipped.
         self.defer_behaviour = False
+        # Set per step by the trainer: the step's method reads the behaviour entropy.
+        self.with_entropy = False
 
     def from_samples(
         self,
@@ -90,6 +92,8 @@ class GradedBatches:
             return batch
         if self.defer_behaviour:  # NaN until the update fills them: a reader would show
             batch.old_logprobs = torch.full_like(samples.response_mask, float("nan"))
+        elif self.with_entropy:
+            batch.old_logprobs, extras[BEHAVIOUR_ENTROPY] = self.scoring.score_with_entropy(batch)
         else:
             batch.old_logprobs = self.scoring.score(batch)
         if self.with_reference:

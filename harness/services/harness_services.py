@@ -108,14 +108,20 @@ class HarnessServices:
     # --- the step -----------------------------------------------------------------------------
 
     def begin_step(
-        self, step: int, defer_behaviour: bool = False, reference_method: bool = False
+        self,
+        step: int,
+        defer_behaviour: bool = False,
+        reference_method: bool = False,
+        behaviour_entropy: bool = False,
     ) -> None:
         """Called by the trainer before a step's rollout: the step number, a fresh stats dict,
-        whether this step's batches leave the behaviour log-probs to the update, and whether
-        the step's method is a reference (it may run :meth:`reference_passes`)."""
+        whether this step's batches leave the behaviour log-probs to the update, whether the
+        step's method is a reference (it may run :meth:`reference_passes`), and whether its
+        batches carry the behaviour entropy (``CreditMethod.needs_behaviour_entropy``)."""
         self.step = step
         self.stats = {}
         self.batches.defer_behaviour = defer_behaviour
+        self.batches.with_entropy = behaviour_entropy
         self.reference_method = reference_method
 
     @contextlib.contextmanager

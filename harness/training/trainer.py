@@ -158,6 +158,7 @@ class Trainer:
             self.step,
             defer_behaviour=self._behaviour_from_update(method),
             reference_method=type(method).reference,
+            behaviour_entropy=type(method).needs_behaviour_entropy,
         )
         seconds_before = dict(services.seconds)
         timing: dict[str, float] = {}
@@ -198,7 +199,8 @@ class Trainer:
         """Whether this step's update gives the behaviour log-probs (see ``TrainConfig``)."""
         train = self.config.train
         on_policy = train.ppo_epochs == 1 and train.minibatches == 1
-        return train.skip_onpolicy_scoring and on_policy and not method.needs_behaviour_logprobs
+        needs_pass = method.needs_behaviour_logprobs or method.needs_behaviour_entropy
+        return train.skip_onpolicy_scoring and on_policy and not needs_pass
 
     def update(
         self, method: CreditMethod, batch: RolloutBatch, advantages: torch.Tensor

@@ -26,7 +26,8 @@ MAY_IMPORT = {
     "leaderboard": {"leaderboard", "reference"},
     "harness": {"harness", "methods", "reference", "leaderboard"},
 }
-SHARED_METHOD_MODULES = {"core", "base", "contract", "registry", "conformance"}
+# values: the states (state_starts) whose values Services.task_values returns
+SHARED_METHOD_MODULES = {"core", "base", "contract", "registry", "conformance", "values"}
 THIRD_PARTY_FOR_METHODS = {"torch"}
 
 

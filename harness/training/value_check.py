@@ -35,7 +35,6 @@ from typing import Any
 import torch
 
 from creditbench.methods.contract import FIRST_WRONG_MASK, PROBLEM_INDEX
-from creditbench.methods.rollouts import true_first_wrong
 from creditbench.methods.values import mc_state_values, state_starts
 
 CONTINUATIONS_PER_CALL = 4096
@@ -52,7 +51,7 @@ def compare_values(trainer: Any, batches: int, states: int, samples: int) -> lis
         analytic = services.task_values(batch)
         starts, valid = state_starts(batch.step_ids)
         index = batch.extra(PROBLEM_INDEX).tolist()
-        first = true_first_wrong(batch.step_ids, batch.extra(FIRST_WRONG_MASK)).tolist()
+        first_wrong = batch.extra(FIRST_WRONG_MASK) > 0
         distinct: dict[tuple, tuple[int, int]] = {}
         for row, k in valid.nonzero().tolist():
             prefix = tuple(batch.response_ids[row, : int(starts[row, k])].tolist())
@@ -75,7 +74,8 @@ def compare_values(trainer: Any, batches: int, states: int, samples: int) -> lis
                     "batch": b,
                     "problem": index[row],
                     "state": k,
-                    "right_so_far": int(first[row] < 0 or k <= first[row]),
+                    # none of the state's own tokens lies on the first wrong step
+                    "right_so_far": int(not first_wrong[row, : int(starts[row, k])].any()),
                     "analytic": float(analytic[row, k]),
                     "mc": float(mc[row, k]),
                     "samples": samples,

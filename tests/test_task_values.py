@@ -178,3 +178,26 @@ def test_the_summary_separates_monte_carlo_noise_from_the_estimators_error():
 def test_the_command_refuses_a_single_continuation(capsys):
     assert main(["values", "--samples", "1"]) == 2
     assert "--samples" in capsys.readouterr().err
+
+
+def test_the_command_writes_one_row_per_compared_state(tmp_path, capsys):
+    import csv
+
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.tasks import get_task
+
+    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
+    policy = save_policy(build_model("nano", tokenizer, seed=0), tokenizer, tmp_path / "nano")
+    out = tmp_path / "values.csv"
+    settings = ["task=chain", "task_options.steps=2", f"model.path={policy}"]
+    settings += ["rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=12"]
+    argv = ["values", "--batches", "1", "--states", "3", "--samples", "2", "--out", str(out)]
+    assert main([*argv, *(f"--set={s}" for s in settings)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    # at most 3 states; at least the empty response of each of the 2 prompts, each once
+    assert 2 <= len(rows) <= 3 and {row["samples"] for row in rows} == {"2"}
+    assert len({(row["problem"], row["state"]) for row in rows}) == len(rows)
+    for row in rows:
+        assert 0.0 <= float(row["analytic"]) <= 1.0 and float(row["mc"]) in (0.0, 0.5, 1.0)
+    assert f"{len(rows)} states of 1 batches" in capsys.readouterr().out

@@ -120,6 +120,18 @@ def parse_step(line: str) -> StepLine | None:
     return None
 
 
+def number_spans(expr: str) -> dict[str, tuple[int, int]]:
+    """Where the numbers of a step's expression (a line after its filler) lie: ``carried`` and
+    ``result``, and in the split form ``p`` and ``q``, as character spans; empty when ``expr``
+    is not in the format."""
+    split = _SPLIT.fullmatch(expr)
+    if split:
+        spans = zip(("carried", "p", "q", "result"), (1, 4, 5, 6), strict=True)
+        return {name: split.span(group) for name, group in spans}
+    simple = _SIMPLE.fullmatch(expr)
+    return {"carried": simple.span(1), "result": simple.span(4)} if simple else {}
+
+
 def render_step(filler: str, carried: int, op: Op, result: int, parts=None) -> str:
     """The inverse of :func:`parse_step` (``filler`` includes its trailing space)."""
     if parts is None:

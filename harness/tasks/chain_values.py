@@ -34,9 +34,12 @@ from dataclasses import dataclass
 
 from creditbench.harness.tasks.chain_steps import (
     ANSWER_MARKER,
+    MODULUS,
     Op,
     layout,
+    number_spans,
     parse_step,
+    render_step,
     running_values,
     walk,
 )
@@ -72,33 +75,25 @@ class ValueProbes:
     lines: tuple[tuple[Rendering, ...], ...]
 
 
-def _number(value: int, wiped: str) -> tuple[str, set[int]]:
-    """A number's digits and which of them are free: ``all``, ``tens`` or ``none``."""
-    digits = str(value)
-    if wiped == "all":
-        return digits, set(range(len(digits)))
-    return digits, {0} if wiped == "tens" and len(digits) == 2 else set()
-
-
 def _body(
     carried: int, op: Op, result: int, split: bool, wipe_carried: str, wipe_result: str
 ) -> tuple[str, set[int]]:
-    """A line's text after its filler (see :func:`chain_steps.render_step`), newline included,
-    and its free digit positions."""
-    pieces: list[tuple[str, set[int]]] = [_number(carried, wipe_carried)]
+    """A line's text after its filler (:func:`chain_steps.render_step`), newline included, and
+    its free digit positions: every digit of a number wiped ``all``, the tens digit of a
+    two-digit number wiped ``tens``."""
+    parts = None
     if split:
         a, b = canonical_split(op[1])
-        p, q = carried * a % 100, carried * b % 100
-        pieces += [(f"*({a}+{b})=", set()), _number(p, wipe_result), ("+", set())]
-        pieces += [_number(q, wipe_result), ("=", set())]
-    else:
-        pieces.append((f"{op[0]}{op[1]}=", set()))
-    pieces += [_number(result, wipe_result), ("\n", set())]
-    text, free = "", set()
-    for piece, positions in pieces:
-        free |= {len(text) + i for i in positions}
-        text += piece
-    return text, free
+        parts = (a, b, carried * a % MODULUS, carried * b % MODULUS)
+    expr = render_step("", carried, op, result, parts)
+    free: set[int] = set()
+    for name, (start, end) in number_spans(expr).items():
+        wiped = wipe_carried if name == "carried" else wipe_result
+        if wiped == "all":
+            free |= set(range(start, end))
+        elif wiped == "tens" and end - start == 2:
+            free.add(start)
+    return expr + "\n", free
 
 
 def value_probes(

@@ -56,6 +56,23 @@ def state_starts(step_ids: Tensor) -> tuple[Tensor, Tensor]:
     return torch.where(valid, starts, 0), valid
 
 
+def state_prefixes(
+    batch: RolloutBatch, only: Tensor | None = None
+) -> tuple[list[tuple[int, int, tuple[int, ...]]], Tensor]:
+    """``(row, k, prefix)`` of every state of the batch (``only`` ``[B, S]`` bool: of these
+    alone), ``prefix`` the token ids of the row's response before state ``k``'s next chunk;
+    and the ``[B, S]`` bool of the batch's states (:func:`state_starts`)."""
+    if batch.step_ids is None:
+        raise ValueError("state values need the batch's step_ids")
+    starts, valid = state_starts(batch.step_ids)
+    wanted = valid if only is None else valid & only
+    prefixes = [
+        (row, k, tuple(batch.response_ids[row, : int(starts[row, k])].tolist()))
+        for row, k in wanted.nonzero().tolist()
+    ]
+    return prefixes, valid
+
+
 def chunk_ids(starts: Tensor, valid: Tensor, width: int) -> Tensor:
     """``[B, T]`` the chunk of every position: the last valid state start at or before it."""
     position = torch.arange(width).view(1, 1, -1)
@@ -135,16 +152,12 @@ def mc_state_values(
     """
     if samples < 1:
         raise ValueError(f"samples: must be >= 1 (got {samples})")
-    if batch.step_ids is None:
-        raise ValueError("state values need the batch's step_ids")
-    starts, valid = state_starts(batch.step_ids)
+    prefixes, valid = state_prefixes(batch, only)
     index = batch.extra(PROBLEM_INDEX).tolist()
     prompts = [problem.prompt for problem in services.problems(batch)]
     state_of: dict[tuple[int, tuple[int, ...]], int] = {}
     where: list[tuple[int, int, int]] = []  # (row, k, state)
-    wanted = valid if only is None else valid & only
-    for row, k in wanted.nonzero().tolist():
-        prefix = tuple(batch.response_ids[row, : int(starts[row, k])].tolist())
+    for row, k, prefix in prefixes:
         state = state_of.setdefault((int(index[row]), prefix), len(state_of))
         where.append((row, k, state))
     keys = list(state_of)

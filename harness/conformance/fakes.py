@@ -133,17 +133,14 @@ class FakeServices(StepServices):
     def task_values(self, batch: RolloutBatch) -> Tensor:
         """``[B, S]`` a value in [0, 1] for every state, a hash of (problem, prefix), NaN past a
         row's states (the states of ``methods.values.state_starts``)."""
-        from creditbench.methods.values import state_starts
+        from creditbench.methods.values import state_prefixes
 
         self.calls.append("task_values")
-        if batch.step_ids is None:
-            raise ValueError("state values need the batch's step_ids")
-        starts, valid = state_starts(batch.step_ids)
+        prefixes, valid = state_prefixes(batch)
         index = (batch.extras or {}).get(PROBLEM_INDEX, batch.group_ids).tolist()
         values = torch.full(valid.shape, float("nan"))
-        for row, k in valid.nonzero().tolist():
-            prefix = batch.response_ids[row, : int(starts[row, k])].tolist()
-            values[row, k] = zlib.crc32(f"{index[row]}|{prefix}".encode()) % 1000 / 999
+        for row, k, prefix in prefixes:
+            values[row, k] = zlib.crc32(f"{index[row]}|{list(prefix)}".encode()) % 1000 / 999
         return values
 
     @contextlib.contextmanager

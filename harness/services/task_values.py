@@ -22,7 +22,7 @@ from creditbench.harness.services.text import TaskText
 from creditbench.harness.tasks.steps import token_char_offsets
 from creditbench.methods.contract import PROBLEM_INDEX
 from creditbench.methods.core import RolloutBatch
-from creditbench.methods.values import state_starts
+from creditbench.methods.values import state_prefixes
 
 DIGITS = "0123456789"
 
@@ -89,16 +89,13 @@ def task_state_values(
     a row's states; see ``Services.task_values``."""
     if not hasattr(task, "value_probes"):
         raise ValueError(f"task {task.name!r} has no value of its own (value_probes)")
-    if batch.step_ids is None:
-        raise ValueError("state values need the batch's step_ids")
-    starts, valid = state_starts(batch.step_ids)
+    prefixes, valid = state_prefixes(batch)
     problems, responses = text.problems(batch), text.decode(batch)
     index = batch.extra(PROBLEM_INDEX).tolist()
     probes: dict[tuple[int, str], Any] = {}
     where: list[tuple[int, int, tuple[int, str]]] = []  # (row, k, state)
-    for row, k in valid.nonzero().tolist():
-        tokens = batch.response_ids[row, : int(starts[row, k])].tolist()
-        state = (int(index[row]), tokenizer.decode(tokens, skip_special_tokens=True))
+    for row, k, tokens in prefixes:
+        state = (int(index[row]), tokenizer.decode(list(tokens), skip_special_tokens=True))
         if state not in probes:
             probes[state] = task.value_probes(problems[row], state[1], responses[row])
         where.append((row, k, state))

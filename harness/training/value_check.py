@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from creditbench.methods.contract import FIRST_WRONG_MASK, PROBLEM_INDEX
-from creditbench.methods.values import mc_state_values, state_starts
+from creditbench.methods.values import mc_state_values, state_prefixes, state_starts
 
 CONTINUATIONS_PER_CALL = 4096
 FIELDS = ("batch", "problem", "state", "right_so_far", "analytic", "mc", "samples")
@@ -53,8 +53,7 @@ def compare_values(trainer: Any, batches: int, states: int, samples: int) -> lis
         index = batch.extra(PROBLEM_INDEX).tolist()
         first_wrong = batch.extra(FIRST_WRONG_MASK) > 0
         distinct: dict[tuple, tuple[int, int]] = {}
-        for row, k in valid.nonzero().tolist():
-            prefix = tuple(batch.response_ids[row, : int(starts[row, k])].tolist())
+        for row, k, prefix in state_prefixes(batch)[0]:
             distinct.setdefault((index[row], prefix), (row, k))
         chosen = list(distinct.values())
         order = torch.randperm(len(chosen), generator=services.generator(7919)).tolist()

@@ -13,7 +13,15 @@ fields):
 - per method, the drift of entropy on the filler tokens (last training step minus first): the
   spurious updates uniform credit makes on tokens that never affect the reward;
 - per method, the credit precision (share of negative credit on the first wrong step) and its
-  chance level.
+  chance level;
+- the online accuracy: the mean reward of the training batches over the run. Each batch is
+  drawn from problems the policy has not trained on and graded before its update, so it is
+  the current policy's accuracy on fresh problems, read off every trained response instead of
+  the few hundred samples of an evaluation (the AUC over trained responses of the training
+  stream); its paired gap has the same interval;
+- GRPO's own gain (its final minus the start accuracy) and the share of all-fail groups in
+  its batches: whether the setting is a regime where GRPO learns and outcome credit lacks
+  signal.
 
 Every figure of a row is over the seeds both methods finished.
 
@@ -90,6 +98,20 @@ def _efficiency(evals: pd.DataFrame, group: pd.DataFrame, row: dict) -> dict[str
     return out
 
 
+def _setting_name(group: pd.DataFrame) -> str:
+    """The name the suite gave the setting: its runs' shared folder name without
+    ``-<method>-s<seed>`` (``chain-hard-steps=8``); else its task options and the settings that
+    differ."""
+    names = set()
+    for r in group.itertuples():
+        folder = str(r.run).split("/")[-1]
+        suffix = f"-{r.method}-s{r.seed}"
+        names.add(folder[: -len(suffix)] if folder.endswith(suffix) else "")
+    if len(names) == 1 and (name := names.pop()):
+        return name
+    return f"{group['options'].iloc[0]} {group['setting'].iloc[0]}"
+
+
 def validation_table(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> pd.DataFrame:
     """One row per (task options, setting) of a :func:`collect_runs` table; see the module doc."""
     runs = table[table["kind"] == "run"].copy()
@@ -100,6 +122,7 @@ def validation_table(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) ->
         seeds = [set(group.loc[group["method"] == m, "seed"]) for m in (BASELINE, ORACLE)]
         group = group[group["seed"].isin(seeds[0] & seeds[1])]  # every figure over the pairs
         row["seeds"] = len(seeds[0] & seeds[1])
+        row["name"] = _setting_name(group) if len(group) else f"{options} {setting}"
         row["start_acc"] = _mean(group, BASELINE, "start_accuracy")
         for method in (BASELINE, ORACLE):
             row[f"auc_{method}"] = _mean(group, method, "auc")
@@ -107,7 +130,12 @@ def validation_table(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) ->
             row[f"drift_{method}"] = _mean(group, method, "filler_entropy_drift")
             row[f"precision_{method}"] = _mean(group, method, "credit_precision")
         row["credit_chance"] = _mean(group, BASELINE, "credit_chance")
-        for column, name in (("final_accuracy", "final"), ("auc", "auc")):
+        row["grpo_gain"] = row[f"final_{BASELINE}"] - row["start_acc"]
+        row["all_fail_grpo"] = _mean(group, BASELINE, "all_fail_frac")
+        row["online_grpo"] = _mean(group, BASELINE, "reward_mean")
+        row["online_oracle"] = _mean(group, ORACLE, "reward_mean")
+        pairs = (("final_accuracy", "final"), ("auc", "auc"), ("reward_mean", "online"))
+        for column, name in pairs:
             interval: Interval = bootstrap_interval(_paired(group, column), reps=reps, seed=seed)
             row[f"{name}_gap"] = interval.point
             row[f"{name}_low"], row[f"{name}_high"] = interval.low, interval.high
@@ -142,6 +170,13 @@ CSV_COLUMNS = {  # validation.csv column: validation_table column
     "gain_final": "final_gap",
     "gain_final_lo": "final_low",
     "gain_final_hi": "final_high",
+    "grpo_gain": "grpo_gain",
+    "grpo_all_fail_share": "all_fail_grpo",
+    "grpo_online": "online_grpo",
+    "oracle_online": "online_oracle",
+    "gain_online": "online_gap",
+    "gain_online_lo": "online_low",
+    "gain_online_hi": "online_high",
     "gain_auc_responses": "auc_responses_gap",
     "gain_auc_responses_lo": "auc_responses_low",
     "gain_auc_responses_hi": "auc_responses_high",
@@ -154,12 +189,13 @@ CSV_COLUMNS = {  # validation.csv column: validation_table column
 def validation_csv(rows: pd.DataFrame) -> str:
     """``validation.csv``: one row per setting, the columns of :data:`CSV_COLUMNS` (gains are
     oracle - GRPO with 95% paired bootstrap intervals; AUC over budget fractions, and over
-    trained responses up to the horizon every run reached; responses to reach halfway from the
-    start to GRPO's final accuracy, medians over seeds)."""
+    trained responses up to the horizon every run reached, and of the training stream (online);
+    responses to reach halfway from the start to GRPO's final accuracy, medians over seeds;
+    GRPO's gain over the start and its share of all-fail groups)."""
     out = pd.DataFrame(index=rows.index)
     for column, source in CSV_COLUMNS.items():
         if source is None:
-            out[column] = [f"{r.options} {r.setting}" for r in rows.itertuples()]
+            out[column] = rows["name"]
         else:
             out[column] = rows[source] if source in rows else math.nan
     return out.to_csv(index=False, float_format="%.4f")
@@ -188,6 +224,10 @@ def _fmt(value: float, digits: int = 3) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:+.{digits}f}"
 
 
+def _share(value: float) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.2f}"
+
+
 def validation_report(results_dir: str | Path, *, reps: int = 2000) -> tuple[str, str]:
     """``(validation.md, validation.csv)`` of a results directory."""
     table, warnings = collect_runs(results_dir)
@@ -208,15 +248,19 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         "Gap = oracle - GRPO (paired by seed), 95% bootstrap interval in brackets; "
         "final = sampled accuracy at the end of the budget, AUC = area under the "
         "accuracy-versus-budget curve; equal responses = the AUC over trained responses up to "
-        "the horizon every run reached; drift = filler entropy at the last training step minus "
+        "the horizon every run reached; online = the mean reward of the training batches (the "
+        "policy's accuracy on fresh problems, each batch graded before its update); GRPO gain "
+        "= its final minus the start accuracy; all-fail = the share of GRPO's groups with no "
+        "correct response; drift = filler entropy at the last training step minus "
         "the first (nats); precision = share of negative credit on the first wrong step "
         "(chance level beside it).",
         "",
-        "| task | setting | seeds | start | final GRPO | final oracle | final gap | AUC gap "
-        "| AUC gap, equal responses | drift GRPO | drift oracle "
-        "| precision GRPO / oracle / chance |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| setting | seeds | start | final GRPO | final oracle | final gap | AUC gap "
+        "| AUC gap, equal responses | online gap | GRPO gain | all-fail "
+        "| drift GRPO | drift oracle | precision GRPO / oracle / chance |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    mark = lambda ahead, behind: " *" if ahead else (" †" if behind else "")  # noqa: E731
     for r in rows.itertuples():
         final_gap = f"{_fmt(r.final_gap)} [{_fmt(r.final_low)}, {_fmt(r.final_high)}]"
         auc_gap = f"{_fmt(r.auc_gap)} [{_fmt(r.auc_low)}, {_fmt(r.auc_high)}]"
@@ -224,12 +268,14 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         if "auc_responses_gap" in rows and math.isfinite(r.auc_responses_gap):
             low, high = _fmt(r.auc_responses_low), _fmt(r.auc_responses_high)
             per_response = f"{_fmt(r.auc_responses_gap)} [{low}, {high}]"
-        mark = lambda ahead, behind: " *" if ahead else (" †" if behind else "")  # noqa: E731
+        online = f"{_fmt(r.online_gap)} [{_fmt(r.online_low)}, {_fmt(r.online_high)}]"
+        online += mark(r.online_separates, r.online_reversed)
         lines.append(
-            f"| {r.options} | {r.setting} | {r.final_pairs} | {_fmt(r.start_acc).lstrip('+')} "
+            f"| {r.name} | {r.final_pairs} | {_fmt(r.start_acc).lstrip('+')} "
             f"| {r.final_grpo:.3f} | {r.final_oracle:.3f} "
             f"| {final_gap}{mark(r.final_separates, r.final_reversed)} "
             f"| {auc_gap}{mark(r.auc_separates, r.auc_reversed)} | {per_response} "
+            f"| {online} | {_fmt(r.grpo_gain)} | {_share(r.all_fail_grpo)} "
             f"| {_fmt(r.drift_grpo)} | {_fmt(r.drift_oracle)} "
             f"| {r.precision_grpo:.3f} / {r.precision_oracle:.3f} / {r.credit_chance:.3f} |"
         )
@@ -240,7 +286,7 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
     ]
     separating = rows[rows["final_separates"] | rows["auc_separates"]]
     if len(separating):
-        where = ", ".join(f"{r.options} {r.setting}" for r in separating.itertuples())
+        where = ", ".join(separating["name"])
         lines.append(f"**Separates:** oracle credit is ahead of GRPO beyond noise at: {where}.")
     else:
         lines.append(
@@ -249,8 +295,14 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         )
     reversed_ = rows[rows["final_reversed"] | rows["auc_reversed"]]
     if len(reversed_):
-        where = ", ".join(f"{r.options} {r.setting}" for r in reversed_.itertuples())
+        where = ", ".join(reversed_["name"])
         lines.append(f"**Reversed:** GRPO is ahead of oracle credit beyond noise at: {where}.")
+    online = rows[rows["online_separates"] & ~(rows["final_separates"] | rows["auc_separates"])]
+    if len(online):
+        lines.append(
+            "**Online only:** on the training stream, oracle credit is ahead beyond noise where "
+            f"the evaluation cannot tell: {', '.join(online['name'])}."
+        )
     setting, trend = length_trend(rows)
     if len(trend) >= 2:
         gaps = [gap for _, gap in trend]

@@ -175,3 +175,37 @@ def test_efficiency_on_trained_responses_and_the_csv():
     header, line = text.strip().splitlines()
     assert header.split(",") == list(CSV_COLUMNS)
     assert line.startswith("steps=4 default,3,0.2000,")
+
+
+def test_online_accuracy_gap_gain_and_the_suites_setting_name(monkeypatch, tmp_path):
+    """The training stream's mean reward is paired like the evaluation's figures; a gap there
+    alone is named as such; the setting is called by its runs' folder name."""
+    rows = []
+    for method, shift in (("grpo", 0.0), ("oracle", 0.02)):
+        for seed in range(4):
+            rows.append(
+                {
+                    "kind": "run", "run": f"r/chain-hard-steps=8-{method}-s{seed}",
+                    "method": method, "task": "chain", "options": "steps=8",
+                    "setting": "bootstrap_options.steps=650", "seed": seed,
+                    "final_accuracy": 0.25 + (0.01 if seed % 2 else -0.01),  # no final gap
+                    "auc": 0.2, "start_accuracy": 0.15,
+                    "reward_mean": 0.2 + 0.01 * seed + shift,
+                    "all_fail_frac": 0.5 if method == "grpo" else 0.4,
+                }
+            )  # fmt: skip
+    table = pd.DataFrame(rows)
+    (row,) = validation_table(table, reps=300).itertuples()
+    assert row.name == "chain-hard-steps=8"
+    assert row.online_gap == pytest.approx(0.02) and row.online_separates
+    assert row.online_low == pytest.approx(0.02)
+    assert row.grpo_gain == pytest.approx(0.10) and row.all_fail_grpo == pytest.approx(0.5)
+    assert not row.final_separates and not row.auc_separates
+
+    from creditbench.leaderboard import validation
+
+    monkeypatch.setattr(validation, "collect_runs", lambda _: (table, []))
+    report, csv = validation.validation_report(tmp_path, reps=300)
+    assert "| chain-hard-steps=8 | 4 | 0.150 |" in report
+    assert "**Online only:**" in report and "chain-hard-steps=8" in report.split("Online only")[1]
+    assert csv.splitlines()[1].startswith("chain-hard-steps=8,4,0.1500,")

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .collect import collect_runs
+from .saturation import seed_interval
 from .stats import (
     Interval,
     auc_over_responses,
@@ -112,7 +113,26 @@ def _setting_name(group: pd.DataFrame) -> str:
     return f"{group['options'].iloc[0]} {group['setting'].iloc[0]}"
 
 
-def validation_table(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> pd.DataFrame:
+def _saturation(evals: pd.DataFrame, group: pd.DataFrame, row: dict, reps: int) -> None:
+    """Per method, the ScaleRL-form curve fitted to its seeds' evaluation points over budget
+    fractions from the setting's start (:mod:`.saturation`), with intervals over seeds."""
+    for method in (BASELINE, ORACLE):
+        runs = group[group["method"] == method]
+        curves = []
+        for run, metric in zip(runs["run"], runs.get("accuracy_metric", []), strict=False):
+            points = evals[evals["run"] == run]
+            if metric in points:
+                curves.append((points["budget_fraction"].to_numpy(), points[metric].to_numpy()))
+        fit, asymptote, midpoint = seed_interval(curves, row["start_acc"], reps=reps)
+        row[f"asymptote_{method}"], row[f"midpoint_{method}"] = fit.asymptote, fit.midpoint
+        row[f"asymptote_{method}_low"], row[f"asymptote_{method}_high"] = asymptote
+        row[f"midpoint_{method}_low"], row[f"midpoint_{method}_high"] = midpoint
+        row[f"saturates_{method}"] = fit.identified
+
+
+def validation_table(
+    table: pd.DataFrame, *, reps: int = 2000, seed: int = 0, fit_reps: int = 200
+) -> pd.DataFrame:
     """One row per (task options, setting) of a :func:`collect_runs` table; see the module doc."""
     runs = table[table["kind"] == "run"].copy()
     evals = table[table["kind"] == "eval"]
@@ -150,6 +170,8 @@ def validation_table(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) ->
             row["auc_responses_low"], row["auc_responses_high"] = interval.low, interval.high
             for method in (BASELINE, ORACLE):
                 row[f"reach_{method}"] = float(np.median(figures[f"reach_{method}"]))
+        if row["seeds"] and len(evals):
+            _saturation(evals, group, row, fit_reps)
         rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:
@@ -180,6 +202,14 @@ CSV_COLUMNS = {  # validation.csv column: validation_table column
     "gain_auc_responses": "auc_responses_gap",
     "gain_auc_responses_lo": "auc_responses_low",
     "gain_auc_responses_hi": "auc_responses_high",
+    "grpo_asymptote": "asymptote_grpo",
+    "grpo_asymptote_lo": "asymptote_grpo_low",
+    "grpo_asymptote_hi": "asymptote_grpo_high",
+    "grpo_midpoint": "midpoint_grpo",
+    "oracle_asymptote": "asymptote_oracle",
+    "oracle_asymptote_lo": "asymptote_oracle_low",
+    "oracle_asymptote_hi": "asymptote_oracle_high",
+    "oracle_midpoint": "midpoint_oracle",
     "threshold": "threshold",
     "grpo_responses_to_threshold": "reach_grpo",
     "oracle_responses_to_threshold": "reach_oracle",
@@ -222,6 +252,39 @@ def length_trend(rows: pd.DataFrame, column: str = "auc_gap") -> tuple[str, list
 
 def _fmt(value: float, digits: int = 3) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:+.{digits}f}"
+
+
+def _saturation_lines(rows: pd.DataFrame) -> list[str]:
+    """The fitted saturating curves, one row per setting; an asymptote whose curve had not
+    bent inside the budget is marked as extrapolated."""
+    if "asymptote_grpo" not in rows:
+        return []
+    lines = [
+        "Saturating fit (ScaleRL's form, arXiv 2510.13786: accuracy = start + (A - start) / "
+        "(1 + (C_mid / C)^B) over the budget fraction C, pooled over seeds, 95% intervals over "
+        "resampled seeds; `~`: the midpoint lies beyond the budget, so A is extrapolated):",
+        "",
+        "| setting | GRPO asymptote A | GRPO midpoint C_mid | oracle asymptote A "
+        "| oracle midpoint C_mid |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows.to_dict("records"):
+        cells = []
+        for method in (BASELINE, ORACLE):
+            a, low, high = (
+                r.get(f"asymptote_{method}{k}", math.nan) for k in ("", "_low", "_high")
+            )
+            mark = "" if r.get(f"saturates_{method}") else "~"
+            cells.append(f"{mark}{_level(a)} [{_level(low)}, {_level(high)}]")
+            mid = r.get(f"midpoint_{method}", math.nan)
+            low, high = r.get(f"midpoint_{method}_low"), r.get(f"midpoint_{method}_high")
+            cells.append(f"{_level(mid, 2)} [{_level(low, 2)}, {_level(high, 2)}]")
+        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _level(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
 def _share(value: float) -> str:
@@ -283,6 +346,7 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         "",
         "`*`: the interval lies above zero (oracle credit ahead); `†`: below zero (GRPO ahead).",
         "",
+        *_saturation_lines(rows),
     ]
     separating = rows[rows["final_separates"] | rows["auc_separates"]]
     if len(separating):

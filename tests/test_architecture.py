@@ -27,7 +27,9 @@ MAY_IMPORT = {
     "harness": {"harness", "methods", "reference", "leaderboard"},
 }
 # values: the states (state_starts) whose values Services.task_values returns
-SHARED_METHOD_MODULES = {"core", "base", "contract", "registry", "conformance", "values"}
+SHARED_METHOD_MODULES = {
+    "core", "base", "contract", "registry", "conformance", "values", "prefix_tree"
+}
 THIRD_PARTY_FOR_METHODS = {"torch"}
 
 

@@ -49,6 +49,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from creditbench.methods.prefix_tree import prefix_classes
+
 CANCEL_KEYS = ("cancel_residual", "cancel_ratio", "cancel_shared_frac")
 """The keys :func:`cancellation_diagnostics` returns (and the trainer logs per step)."""
 
@@ -66,34 +68,6 @@ def logprob_gradient(loss_of: Callable[[Tensor], Tensor], logprobs: Tensor) -> T
         return torch.zeros_like(leaf)
     (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
     return torch.zeros_like(leaf) if grad is None else grad.detach()
-
-
-def prefix_classes(
-    response_ids: Tensor,
-    group_ids: Tensor,
-    prompt_ids: Tensor | None = None,
-    prompt_mask: Tensor | None = None,
-) -> tuple[Tensor, int]:
-    """Which rows share each token, and how deep any sharing goes.
-
-    Returns:
-        ``(classes, depth)``: ``classes`` ``[B, T]`` long, two rows hold the same class at
-        position t exactly when they are in one group, have the same prompt (when given) and
-        the same token ids at positions 0..t; from position ``depth`` on every row is alone.
-    """
-    rows, width = response_ids.shape
-    key = group_ids.unsqueeze(-1)
-    if prompt_ids is not None and prompt_mask is not None:
-        key = torch.cat([key, prompt_ids * (prompt_mask > 0), (prompt_mask > 0).long()], -1)
-    _, cls = torch.unique(key, dim=0, return_inverse=True)
-    out = torch.arange(rows, device=response_ids.device).unsqueeze(-1).expand(rows, width).clone()
-    for t in range(width):
-        pair = torch.stack([cls, response_ids[:, t]], -1)
-        labels, cls = torch.unique(pair, dim=0, return_inverse=True)
-        if labels.shape[0] == rows:  # every row alone: prefixes only grow apart
-            return out, t
-        out[:, t] = cls
-    return out, width
 
 
 def cancellation_diagnostics(

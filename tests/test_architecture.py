@@ -28,7 +28,13 @@ MAY_IMPORT = {
 }
 # values: the states (state_starts) whose values Services.task_values returns
 SHARED_METHOD_MODULES = {
-    "core", "base", "contract", "registry", "conformance", "values", "prefix_tree"
+    "core",
+    "base",
+    "contract",
+    "registry",
+    "conformance",
+    "values",
+    "prefix_tree",
 }
 THIRD_PARTY_FOR_METHODS = {"torch"}
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from creditbench.methods.core import RolloutBatch
 from creditbench.methods.grpo import GRPO, grpo_scores
@@ -13,18 +12,8 @@ from creditbench.methods.tempo import TEMPO, TEMPOConfig, tree_values
 
 from strategies import rollout_batches
 
-
-def few_token_ids(batch: RolloutBatch, seed: int, vocab: int = 2) -> RolloutBatch:
-    """The batch with response ids from a vocabulary of ``vocab``, so that responses share
-    prefixes and part often."""
-    gen = torch.Generator().manual_seed(seed)
-    batch.response_ids = torch.randint(1, vocab + 1, batch.response_ids.shape, generator=gen)
-    return batch
-
-
-branching_batches = st.builds(
-    few_token_ids, rollout_batches(max_group_size=6), st.integers(0, 2**16)
-)
+# three token ids: a group's responses share prefixes and part often
+branching_batches = rollout_batches(max_group_size=6, vocab=3)
 
 
 def scores_of(batch: RolloutBatch) -> torch.Tensor:

@@ -89,6 +89,7 @@ def build_batch(
     with_extras: bool = True,
     with_entropy: bool = False,
     shuffle_rows: bool = False,
+    vocab: int = VOCAB,
 ) -> RolloutBatch:
     """A valid :class:`RolloutBatch` with the given structure.
 
@@ -102,6 +103,8 @@ def build_batch(
         with_entropy: add a behaviour entropy (:data:`BEHAVIOUR_ENTROPY`, quarters in [0, 3),
             so that some tie) to the extras.
         shuffle_rows: interleave the groups instead of keeping each group's rows adjacent.
+        vocab: response token ids are drawn from ``1..vocab - 1``; a small one (3) makes the
+            responses of a group share prefixes and part often, as a prefix tree needs.
     """
     size = sum(group_sizes)
     if len(lengths) != size or len(rewards) != size or min(lengths) < 1:
@@ -124,7 +127,7 @@ def build_batch(
     prompt_ids = prompt_ids * prompt_mask.long()
     per_group = torch.repeat_interleave(torch.arange(len(group_sizes)), torch.tensor(group_sizes))
     # Padded positions hold finite garbage, never zeros a method could lean on.
-    response_ids = torch.randint(1, VOCAB, (size, width), generator=gen)
+    response_ids = torch.randint(1, vocab, (size, width), generator=gen)
     old_logprobs = -0.01 - 4.0 * torch.rand(size, width, generator=gen)
     ref_logprobs = (old_logprobs + 0.1 * torch.randn(size, width, generator=gen)).clamp(max=-1e-3)
 
@@ -176,11 +179,13 @@ def rollout_batches(
     max_len: int = 6,
     extras: bool | None = None,
     entropy: bool = False,
+    vocab: int = VOCAB,
 ) -> RolloutBatch:
     """Random valid batches: groups of one and unequal sizes, unequal lengths (>= 1 token),
     0/1 or dyadic rewards, optional reference log-probs and step ids, and the step ground
     truth of :data:`STEP_TRUTH_KEYS` (always with ``extras=True``, never with ``False``, either
-    way with ``None``); with ``entropy`` the behaviour entropy too."""
+    way with ``None``); with ``entropy`` the behaviour entropy too; response ids from
+    ``1..vocab - 1`` (see :func:`build_batch`)."""
     num_groups = draw(st.integers(min_groups, max_groups))
     group_size, length = st.integers(1, max_group_size), st.integers(1, max_len)
     sizes = [draw(group_size) for _ in range(num_groups)]
@@ -205,6 +210,7 @@ def rollout_batches(
         with_extras=with_extras,
         with_entropy=entropy,
         shuffle_rows=draw(st.booleans()),
+        vocab=vocab,
     )
 
 

@@ -156,6 +156,9 @@ class CreditMethod:
             policy's entropy, :data:`methods.contract.BEHAVIOUR_ENTROPY` in ``batch.extras``;
             the harness then computes it with the behaviour log-probs, in the same scoring
             pass (which it never skips for such a method).
+        needs_reference_model: `advantages` scores with ``model="reference"`` (the frozen
+            initial policy); the harness then keeps one, whatever ``train.reference_model``
+            says.
     """
 
     name: ClassVar[str] = ""
@@ -168,6 +171,7 @@ class CreditMethod:
     decoding_variants: ClassVar[tuple[str, ...]] = ()
     needs_behaviour_logprobs: ClassVar[bool] = True
     needs_behaviour_entropy: ClassVar[bool] = False
+    needs_reference_model: ClassVar[bool] = False
 
     def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
         self.config = config if config is not None else self.config_class(overrides)(**overrides)

@@ -17,7 +17,7 @@ Imports torch only, like every file of ``methods/``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -227,8 +227,9 @@ class Services(Protocol):
         """Teacher-forced log-probs ``[B, T]`` of the batch's responses, without gradient,
         under the batch's own prompts or one text per row (an oracle hint, a rewrite).
         ``model``: ``policy``, ``reference`` (the frozen initial policy), ``teacher`` (a
-        stronger frozen checkpoint, testbed only) or ``ema`` (see :meth:`track_ema`). Zero
-        where ``response_mask`` is 0. Charged: a forward of that model."""
+        stronger frozen checkpoint, testbed only), ``ema`` (see :meth:`track_ema`) or
+        ``auxiliary`` (see :meth:`fit_auxiliary`). Zero where ``response_mask`` is 0.
+        Charged: a forward of that model."""
         ...
 
     def distribution(
@@ -246,6 +247,27 @@ class Services(Protocol):
         ``indices``. ``grad`` keeps the graph (policy only), for a loss that distils whole
         distributions. Charged: a forward of that model (the trainer's training charge covers
         the backward of a ``grad`` pass)."""
+        ...
+
+    def fit_auxiliary(
+        self,
+        batch: RolloutBatch,
+        row_loss: Callable[[Tensor, Tensor], Tensor],
+        *,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        grad_clip: float | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """One AdamW step of the run's trainable auxiliary model (PRIME's reward model),
+        made as a copy of the policy on the first call (before the first update: the initial
+        policy) with these optimizer settings, which later calls must repeat. Its log-probs
+        ``[B, T]`` of the batch's responses, with gradient, go to ``row_loss(logprobs, rows)``
+        ``-> [b]`` (``rows`` the batch rows of a micro-batch); the mean over the batch is
+        minimised. Returns those log-probs, from before the step, detached, and
+        ``{"aux_loss", "aux_grad_norm"}``. Its weights and optimizer state are checkpointed
+        with the run. Charged: a training pass (forward and backward) of a policy-size
+        model."""
         ...
 
     def track_ema(self, rate: float) -> None:

@@ -23,7 +23,7 @@ def test_perf_prints_phases_methods_relative_to_grpo_and_the_plain_loop(tmp_path
         "rollout.group_size=2",
         "rollout.max_new_tokens=8",
     ]
-    argv = ["perf", "--repeats", "1", "--threads", "1", "--methods", "oracle", "--no-trl"]
+    argv = ["perf", "--repeats", "1", "--threads", "1", "--methods", "oracle", "prime", "--no-trl"]
     for item in settings:
         argv += ["--set", item]
     assert main(argv) == 0
@@ -39,6 +39,8 @@ def test_perf_prints_phases_methods_relative_to_grpo_and_the_plain_loop(tmp_path
     # GRPO is always timed, as the reference of the relative columns, and gives exactly 1x
     assert re.search(r"^\s+grpo\s+[\d.]+s\s+1\.00x\s+1\.00x", out, re.M)
     assert re.search(r"^\s+oracle\s+[\d.]+s\s+[\d.]+x\s+[\d.]+x", out, re.M)
+    # a method with a reference model of its own is timed on a run that keeps none
+    assert re.search(r"^\s+prime\s+[\d.]+s\s+[\d.]+x\s+[\d.]+x", out, re.M)
     assert not re.search(r"^\s+dapo\s", out, re.M)  # only the methods asked for
     assert re.search(r"generation\s+harness\s+[\d.]+ ms\s+plain\s+[\d.]+ ms", out)
     assert re.search(r"update\s+harness\s+[\d.]+ ms\s+plain\s+[\d.]+ ms", out)

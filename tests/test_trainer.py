@@ -155,14 +155,15 @@ DRIVER = textwrap.dedent(
 )
 
 
-def test_kill_and_resume_matches_an_uninterrupted_run(test_methods, nano_policy, tmp_path):
+@pytest.mark.parametrize("method", [TOKEN_METHOD, "prime"])  # prime: a second trained model
+def test_kill_and_resume_matches_an_uninterrupted_run(test_methods, nano_policy, tmp_path, method):
     extra = ("budget.amount=8", "checkpoint_every=2", "eval.k_samples=0")
-    reference = run(nano_policy, tmp_path / "reference", TOKEN_METHOD, *extra)
+    reference = run(nano_policy, tmp_path / "reference", method, *extra)
 
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER.format(tests=str(Path(__file__).parent)))
     killed = tmp_path / "killed"
-    args = ["train", "--quiet", "--threads", "1", "--method", TOKEN_METHOD]
+    args = ["train", "--quiet", "--threads", "1", "--method", method]
     args += ["--output", str(tmp_path), "--name", "killed"]
     for item in overrides(nano_policy, *extra):
         args += ["--set", item]
@@ -402,3 +403,34 @@ def test_an_unknown_optimizer_is_a_config_error():
 
     with pytest.raises(ConfigError, match=r"train\.optimizer: must be one of adamw, sgd"):
         load_config(None, ["train.optimizer=adam"])
+
+
+def test_a_second_trained_model_steps_is_charged_and_gets_its_reference(nano_policy, tmp_path):
+    """PRIME's reward model: one step per training step away from the initial policy, charged
+    as a training pass; the reference it scores against is kept without being asked for."""
+    config = load_config(None, ["method=prime", *overrides(nano_policy)])
+    trainer = Trainer(config, tmp_path / "prime")
+    trainer.build()
+    scorers = trainer.services.scorers
+    assert scorers.reference is not None  # the method asked for one; the config did not
+    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    flops_before = trainer.meter.flops
+    record = trainer.train_step()
+    auxiliary = scorers.auxiliary
+    assert auxiliary is not None and auxiliary.steps == 1
+    moved = [
+        name
+        for name, value in auxiliary.model.state_dict().items()
+        if not torch.equal(value, before[name])
+    ]
+    assert moved  # the reward model took a step away from the initial policy
+    # the reference stays the initial policy
+    for name, value in scorers.reference.state_dict().items():
+        assert torch.equal(value, before[name])
+    assert record["prm_loss"] > 0 and "process_reward_abs" in record
+    # the reward model's training pass is charged: more than GRPO's step on the same run
+    grpo = Trainer(load_config(None, ["method=grpo", *overrides(nano_policy)]), tmp_path / "g")
+    grpo.build()
+    grpo.train_step()
+    assert trainer.meter.flops - flops_before > grpo.meter.flops
+    assert trainer.meter.trained_tokens > grpo.meter.trained_tokens

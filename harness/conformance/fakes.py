@@ -88,6 +88,31 @@ class FakeServices(StepServices):
         rows = zip(batch.response_ids.tolist(), batch.response_mask.tolist(), strict=True)
         return [" ".join(str(t) for t, m in zip(ids, mask, strict=True) if m) for ids, mask in rows]
 
+    def fit_auxiliary(
+        self,
+        batch: RolloutBatch,
+        row_loss: Any,
+        *,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        grad_clip: float | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """``score(model="auxiliary")``'s log-probs, with the method's loss taken on them
+        (with gradient, in two micro-batches, as the harness does) and checked to be one
+        finite value per row; nothing is trained."""
+        self.calls.append("fit_auxiliary")
+        logprobs = self.score(batch, model="auxiliary")
+        total = 0.0
+        for rows in torch.arange(batch.size).chunk(2):
+            leaf = logprobs[rows].clone().requires_grad_(True)
+            loss = row_loss(leaf, rows)
+            if loss.shape != (len(rows),) or not torch.isfinite(loss).all():
+                raise ValueError("fit_auxiliary: row_loss must give one finite loss per row")
+            loss.sum().backward()
+            total += float(loss.detach().sum()) / batch.size
+        return logprobs, {"aux_loss": total, "aux_grad_norm": 0.0}
+
     def track_ema(self, rate: float) -> None:
         """Records the rate; ``score(model="ema")`` is then one more named model."""
         self.calls.append(f"track_ema:{rate}")

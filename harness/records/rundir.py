@@ -78,6 +78,7 @@ def _torch_save_synced(obj: Any, path: Path) -> None:
 
 _CHECKPOINT_NAME = re.compile(r"step-(\d+)")
 COMPLETE_MARKER = "COMPLETE"
+AUXILIARY_FILE = "auxiliary.pt"  # a method's second trained model, when it has one
 
 
 def _differences(old: Any, new: Any, path: str = "") -> list[str]:
@@ -236,8 +237,12 @@ class RunDir:
         optimizer_state: dict[str, Any],
         trainer_state: dict[str, Any],
         generators: Mapping[str, torch.Generator] | None = None,
+        auxiliary_state: dict[str, Any] | None = None,
     ) -> Path:
         """Write ``checkpoints/step-<step>/`` completely, then keep only the last K checkpoints.
+
+        ``auxiliary_state``: a method's second trained model (weights and optimizer state),
+        written as ``auxiliary.pt`` when given.
 
         Checkpoints of later steps (an abandoned future after a resume) are removed too.
         """
@@ -255,6 +260,8 @@ class RunDir:
                 tokenizer.save_pretrained(tmp)
             _torch_save_synced(optimizer_state, tmp / "optimizer.pt")
             _torch_save_synced(rng_state, tmp / "rng.pt")
+            if auxiliary_state is not None:
+                _torch_save_synced(auxiliary_state, tmp / AUXILIARY_FILE)
             (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
             for file in tmp.rglob("*"):
                 if file.is_file():
@@ -278,7 +285,8 @@ class RunDir:
         return final
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
-        """``{"step", "path", "trainer_state", "optimizer_state", "rng_state"}`` of a checkpoint.
+        """``{"step", "path", "trainer_state", "optimizer_state", "rng_state",
+        "auxiliary_state"}`` of a checkpoint (``auxiliary_state`` None when it has none).
 
         The caller loads the model with ``from_pretrained(path)`` and restores the RNG with
         :func:`restore_rng_state` (last, just before training continues).
@@ -293,6 +301,12 @@ class RunDir:
                 path / "optimizer.pt", map_location="cpu", weights_only=True
             )
             rng_state = torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
+            auxiliary = path / AUXILIARY_FILE
+            auxiliary_state = (
+                torch.load(auxiliary, map_location="cpu", weights_only=True)
+                if auxiliary.is_file()
+                else None
+            )
         except (OSError, ValueError, RuntimeError) as err:
             raise RunDirError(f"{path}: cannot read checkpoint ({err})") from None
         return {
@@ -301,6 +315,7 @@ class RunDir:
             "trainer_state": trainer_state,
             "optimizer_state": optimizer_state,
             "rng_state": rng_state,
+            "auxiliary_state": auxiliary_state,
         }
 
 

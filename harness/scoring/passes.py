@@ -108,6 +108,54 @@ class ScoringPasses:
         self.seconds["scoring"] += time.perf_counter() - started
         return out
 
+    def fit_auxiliary(
+        self,
+        batch: RolloutBatch,
+        row_loss: Any,
+        *,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        grad_clip: float | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """One AdamW step of the auxiliary model on the batch (see
+        :class:`~.auxiliary.AuxiliaryModel`): its log-probs ``[B, T]`` before the step, with
+        gradient, go to ``row_loss(logprobs, rows) -> [b]``, whose mean over the batch is
+        minimised. Returns the pass's log-probs (detached) and its statistics. Charged: a
+        training pass (forward and backward) of a policy-size model."""
+        model = self.scorers.auxiliary_for(
+            lr=lr, betas=betas, weight_decay=weight_decay, grad_clip=grad_clip
+        )
+        tok = self.tokenizer
+        lengths = batch.prompt_mask.sum(-1).long() + sequence_lengths(
+            batch.response_ids, tok.eos_token_id, tok.pad_token_id
+        )
+        order = torch.arange(batch.size)
+        if self.shared_prefix:  # a group's rows in one micro-batch share a prompt
+            order = torch.argsort(batch.group_ids, stable=True)
+        micro = [
+            (
+                rows,
+                batch.prompt_ids[rows],
+                batch.prompt_mask[rows],
+                batch.response_ids[rows],
+                batch.response_mask[rows],
+                lengths[rows],
+            )
+            for rows in order.split(self.micro_batch_size)
+        ]
+        started = time.perf_counter()
+        out = model.fit(
+            micro,
+            row_loss,
+            batch.size,
+            temperature=self.temperature,
+            shared_prefix=self.shared_prefix,
+            charge=self.scorers.meter.charge_training,
+        )
+        self.seconds["scoring"] += time.perf_counter() - started
+        return out
+
     def track_ema(self, rate: float) -> None:
         """Keep an exponential moving average of the policy, scored as ``model="ema"``
         (SDPO's teacher); see :meth:`Scorers.track_ema`. Charged: nothing."""

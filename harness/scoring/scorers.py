@@ -3,9 +3,10 @@
 ``policy`` is the model being trained; ``reference`` a frozen copy of the initial policy (when
 the run keeps one); ``teacher`` a frozen stronger checkpoint, loaded on first use; ``ema`` an
 exponential moving average of the policy's weights, kept once a method asks for it
-(:meth:`Scorers.track_ema`). :class:`~creditbench.harness.services.HarnessServices` runs the
-passes; this class owns the models and charges each forward to the run's budget meter, a model
-of another size (the teacher) at its own price.
+(:meth:`Scorers.track_ema`); ``auxiliary`` a second model a method trains itself
+(:mod:`.auxiliary`), made on its first fit. :class:`~creditbench.harness.services.HarnessServices`
+runs the passes; this class owns the models and charges each forward to the run's budget meter,
+a model of another size (the teacher) at its own price.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-MODELS = ("policy", "reference", "teacher", "ema")
+from creditbench.harness.scoring.auxiliary import AuxiliaryModel
+
+MODELS = ("policy", "reference", "teacher", "ema", "auxiliary")
 
 
 @torch.no_grad()
@@ -53,6 +56,8 @@ class Scorers:
         self._teacher_meter = None
         self._ema = None
         self._ema_rate = 0.0
+        self.auxiliary: AuxiliaryModel | None = None
+        self._auxiliary_state: dict[str, Any] | None = None  # restored before its first fit
 
     def get(self, name: str):
         """The model called ``name`` (one of :data:`MODELS`); a clear error when it is absent."""
@@ -75,11 +80,42 @@ class Scorers:
             if self._ema is None:
                 raise ValueError("model: ema needs track_ema(rate) first (no average kept yet)")
             return self._ema
+        if name == "auxiliary":
+            if self.auxiliary is None:
+                raise ValueError("model: auxiliary needs fit_auxiliary(...) first (none made yet)")
+            return self.auxiliary.model
         raise ValueError(f"model: must be one of {', '.join(MODELS)} (got {name!r})")
+
+    def auxiliary_for(self, **settings: Any) -> AuxiliaryModel:
+        """The auxiliary model, made from the policy as it is now on the first call (with a
+        saved state restored into it); later calls must ask for the same settings."""
+        if self.auxiliary is None:
+            self.auxiliary = AuxiliaryModel(self.policy, **settings)
+            if self._auxiliary_state is not None:
+                self.auxiliary.load_state_dict(self._auxiliary_state)
+                self._auxiliary_state = None
+        else:
+            self.auxiliary.check_settings(**settings)
+        return self.auxiliary
+
+    def auxiliary_state(self) -> dict[str, Any] | None:
+        """What a checkpoint keeps of the auxiliary model (None when there is none)."""
+        if self.auxiliary is not None:
+            return self.auxiliary.state_dict()
+        return self._auxiliary_state
+
+    def load_auxiliary_state(self, state: dict[str, Any] | None) -> None:
+        """Restore a checkpoint's auxiliary model (now, or at its first fit)."""
+        if state is None:
+            return
+        if self.auxiliary is not None:
+            self.auxiliary.load_state_dict(state)
+        else:
+            self._auxiliary_state = state
 
     def charge_forward(self, name: str, lengths: Tensor) -> None:
         """Charge a forward pass of model ``name`` over sequences of ``lengths`` [B] tokens."""
-        if name != "teacher":  # the reference and the average are the policy's size
+        if name != "teacher":  # the reference, the average and the auxiliary: the policy's size
             self.meter.charge_forward_batch(lengths)
             return
         self.get("teacher")

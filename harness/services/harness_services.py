@@ -297,6 +297,21 @@ class HarnessServices:
             batch, prompts, model, top_k=top_k, indices=indices, grad=grad
         )
 
+    def fit_auxiliary(
+        self,
+        batch: RolloutBatch,
+        row_loss: Any,
+        *,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        grad_clip: float | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """One step of the trainable auxiliary model (see :meth:`ScoringPasses.fit_auxiliary`)."""
+        return self.scoring.fit_auxiliary(
+            batch, row_loss, lr=lr, betas=betas, weight_decay=weight_decay, grad_clip=grad_clip
+        )
+
     def track_ema(self, rate: float) -> None:
         """Keep an exponential moving average of the policy, scored as ``model="ema"``."""
         self.scoring.track_ema(rate)

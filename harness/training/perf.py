@@ -21,6 +21,7 @@ Nothing is written to disk; the budget meter counts but never stops the measurem
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from typing import Any
@@ -163,6 +164,9 @@ def method_steps(trainer, methods: list[str] | None) -> list[dict[str, float | s
             continue
         if cls.requires_extras and not services.step_checked:
             continue
+        if cls.needs_reference_model and services.scorers.reference is None:
+            # a frozen copy of the policy as it is now: what the step costs does not change
+            services.scorers.reference = copy.deepcopy(trainer.policy).requires_grad_(False)
         flops_before = meter.counters()["flops"]
         record = trainer.train_step(cls(build_method_config(cls, {})))
         timing = record["time"]

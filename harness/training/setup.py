@@ -69,11 +69,17 @@ def resolve_device(name: str) -> torch.device:
 
 
 def needs_reference(config: RunConfig) -> bool:
-    """A frozen reference model is loaded when asked for, or when a KL weight is on.
+    """A frozen reference model is loaded when asked for, when a KL weight is on, or when the
+    method says it scores with one (``needs_reference_model``).
 
     Any method option named ``kl_coef*`` (the loss's ``kl_coef``, REINFORCE++'s
     ``kl_coef_reward``) that is positive needs reference log-probs.
     """
+    from creditbench.methods.registry import list_methods
+
+    method = list_methods().get(config.method)
+    if method is not None and method.needs_reference_model:
+        return True
     kl_on = any(
         key.startswith("kl_coef") and isinstance(value, (int, float)) and value > 0
         for key, value in config.method_options.items()

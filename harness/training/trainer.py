@@ -284,6 +284,7 @@ class Trainer:
             tokenizer=self.tokenizer,
             optimizer_state=self.optimizer.state_dict(),
             trainer_state=self._trainer_state(),
+            auxiliary_state=self.services.scorers.auxiliary_state(),
         )
 
     def _restore(self) -> None:
@@ -299,6 +300,7 @@ class Trainer:
             self.policy, str(Path(saved["path"]) / "model.safetensors"), device=str(self.device)
         )
         self.optimizer.load_state_dict(saved["optimizer_state"])
+        self.services.scorers.load_auxiliary_state(saved["auxiliary_state"])
         state = saved["trainer_state"]
         self.step = int(state["step"])
         self.meter.load_state_dict(state["meter"])

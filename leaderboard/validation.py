@@ -373,7 +373,8 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         grows = all(b > a for a, b in zip(gaps, gaps[1:], strict=False))
         shown = ", ".join(f"{length} steps {gap:+.3f}" for length, gap in trend)
         verdict = "grows" if grows else "does not grow monotonically"
-        lines.append(f"**Length:** at {setting}, the AUC gap {verdict} with length ({shown}).")
+        names = ", ".join(rows.loc[rows["setting"] == setting, "name"])
+        lines.append(f"**Length:** across {names}, the AUC gap {verdict} with length ({shown}).")
     if warnings:
         lines += ["", "Skipped runs:", *[f"- {w}" for w in warnings]]
     return "\n".join(lines) + "\n"

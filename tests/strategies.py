@@ -15,6 +15,7 @@ from creditbench.harness.conformance.strategies import (
     permute_within_groups,
     perturb_group_rewards,
     rollout_batches,
+    same_within_groups,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "permute_within_groups",
     "perturb_group_rewards",
     "rollout_batches",
+    "same_within_groups",
 ]

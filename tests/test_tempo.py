@@ -10,7 +10,7 @@ from creditbench.methods.core import RolloutBatch
 from creditbench.methods.grpo import GRPO, grpo_scores
 from creditbench.methods.tempo import TEMPO, TEMPOConfig, tree_values
 
-from strategies import rollout_batches
+from strategies import rollout_batches, same_within_groups
 
 # three token ids: a group's responses share prefixes and part often
 branching_batches = rollout_batches(max_group_size=6, vocab=3)
@@ -22,10 +22,7 @@ def scores_of(batch: RolloutBatch) -> torch.Tensor:
 
 @given(batch=branching_batches)
 def test_a_group_that_never_branches_gets_grpos_credit(batch):
-    for label in batch.group_ids.unique():  # every response of a group the same tokens
-        rows = (batch.group_ids == label).nonzero().squeeze(-1)
-        batch.response_ids[rows] = batch.response_ids[rows[0]].clone()
-        batch.response_mask[rows] = batch.response_mask[rows[0]].clone()
+    batch = same_within_groups(batch)  # every response of a group the same tokens
     torch.testing.assert_close(TEMPO().advantages(batch), GRPO().advantages(batch))
 
 

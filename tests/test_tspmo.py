@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from creditbench.methods.tempo import tree_values
 from creditbench.methods.tspmo import TSPMO, prefix_matching_credit
 
-from strategies import rollout_batches
+from strategies import rollout_batches, same_within_groups
 
 branching_batches = rollout_batches(max_group_size=6, vocab=3)  # groups that part often
 
@@ -39,10 +39,7 @@ def test_each_rows_share_of_its_pairs_credit(batch):
 
 @given(batch=branching_batches)
 def test_a_prefix_the_whole_group_shares_gets_no_credit(batch):
-    for label in batch.group_ids.unique():  # every response of a group the same tokens
-        rows = (batch.group_ids == label).nonzero().squeeze(-1)
-        batch.response_ids[rows] = batch.response_ids[rows[0]].clone()
-        batch.response_mask[rows] = batch.response_mask[rows[0]].clone()
+    batch = same_within_groups(batch)  # every response of a group the same tokens
     # every token's value is the group's mean reward, before it and after it
     assert (TSPMO().advantages(batch) == 0).all()
     assert TSPMO().loss_mask(batch).sum() == 0

@@ -220,6 +220,16 @@ def rollout_batches(
 # --------------------------------------------------------------------------------------------
 
 
+def same_within_groups(batch: RolloutBatch) -> RolloutBatch:
+    """Give every response of a group the tokens and the mask of its first: a group whose
+    prefix tree never branches (rewards are left as they were)."""
+    for label in batch.group_ids.unique():
+        rows = (batch.group_ids == label).nonzero().squeeze(-1)
+        batch.response_ids[rows] = batch.response_ids[rows[0]].clone()
+        batch.response_mask[rows] = batch.response_mask[rows[0]].clone()
+    return batch
+
+
 def permute_within_groups(batch: RolloutBatch, seed: int) -> tuple[RolloutBatch, Tensor]:
     """Shuffle the responses of each group among that group's row positions."""
     gen = torch.Generator().manual_seed(seed)

@@ -96,6 +96,61 @@ def test_short_bootstrap_is_deterministic(tmp_path):
     assert not torch.equal(fresh.model.embed_tokens.weight, model.model.embed_tokens.weight)
 
 
+def test_a_killed_bootstrap_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
+    config = BootstrapConfig(**{**FAST, "steps": 7})
+    whole = _tensors(train_base_policy(SumTask(), config, tmp_path / "whole", progress=False))
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_step_5(step, model, loss):
+        if step == 5:  # after step 5's update, before its state is saved (every 2 steps)
+            raise Killed
+
+    progress = tmp_path / "progress"
+    with pytest.raises(Killed):
+        train_base_policy(
+            SumTask(), config, tmp_path / "x", False, kill_at_step_5, progress, save_every=2
+        )
+    assert (progress / sft.PROGRESS_FILE).is_file()  # saved after step 4
+    steps = []
+    resumed = train_base_policy(
+        SumTask(),
+        config,
+        tmp_path / "resumed",
+        False,
+        lambda step, model, loss: steps.append(step),
+        progress,
+        save_every=2,
+    )
+    assert steps == [5, 6, 7]  # the saved steps are not trained again
+    again = _tensors(resumed)
+    assert all(torch.equal(whole[k], again[k]) for k in whole)
+
+
+def test_the_cache_keeps_a_builds_progress_until_the_entry_is_complete(tmp_path):
+    seen = []
+
+    def failing(tmp, progress):
+        seen.append(progress)
+        progress.mkdir(parents=True, exist_ok=True)
+        (progress / "state").write_text("half")
+        raise RuntimeError("killed")
+
+    material = {"kind": "base", "x": 1}
+    with pytest.raises(RuntimeError):
+        policy_cache.cached_build("base", material, failing, tmp_path, use_shipped=False)
+    assert (seen[0] / "state").read_text() == "half"  # left for the next attempt
+
+    def finishing(tmp, progress):
+        assert progress == seen[0] and (progress / "state").is_file()
+        train_base_policy(SumTask(), BootstrapConfig(**FAST), tmp, progress=False)
+
+    entry = policy_cache.cached_build("base", material, finishing, tmp_path, use_shipped=False)
+    assert read_manifest(entry) is not None
+    assert not seen[0].exists()  # a complete entry needs no progress
+
+
 def test_sft_rejects_characters_outside_the_alphabet(tmp_path):
     class Leaky(SumTask):
         def sft_example(self, rng, mix=None):

@@ -141,8 +141,8 @@ def _ensure(
     task = make_task(task_name, options)
     material = key_material(kind, task_name, options, config, task)
 
-    def build(tmp: Path) -> None:
-        train_base_policy(task, config, tmp, progress=progress)
+    def build(tmp: Path, saved: Path) -> None:
+        train_base_policy(task, config, tmp, progress=progress, progress_dir=saved)
 
     return cached_build(kind, material, build, cache_dir, force=force, use_shipped=use_shipped)
 

@@ -134,16 +134,20 @@ def _lock(path: Path) -> Iterator[None]:
 def cached_build(
     kind: str,
     material: dict[str, Any],
-    build: Callable[[Path], Any],
+    build: Callable[[Path, Path], Any],
     cache_dir: str | Path | None = None,
     *,
     force: bool = False,
     use_shipped: bool = True,
 ) -> Path:
-    """The entry for ``material``: an intact cached one, else a shipped one, else ``build(tmp)``.
+    """The entry for ``material``: an intact cached one, else a shipped one, else
+    ``build(tmp, progress)``.
 
-    ``build`` writes the checkpoint into the directory it is given. ``force`` skips both
-    lookups and rebuilds. A lock file makes parallel callers build a missing entry once.
+    ``build`` writes the checkpoint into ``tmp``, and may keep the state of an unfinished build
+    in ``progress`` (``<cache>/<kind>/.<key>.progress``, the same for every attempt, removed once
+    the entry is complete), so that an attempt after a kill continues where the last one
+    stopped. ``force`` skips both lookups and the saved progress, and rebuilds. A lock file
+    makes parallel callers build a missing entry once.
     """
     key = cache_key(material)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -158,10 +162,14 @@ def cached_build(
         if not force and read_manifest(entry) is not None:  # built meanwhile by another process
             return entry
         tmp = root / kind / f".{key}.tmp-{uuid.uuid4().hex[:8]}"
+        progress = root / kind / f".{key}.progress"
+        if force:
+            shutil.rmtree(progress, ignore_errors=True)
         try:
-            build(tmp)
+            build(tmp, progress)
             write_manifest(tmp, material)
             replace_dir(tmp, entry)
+            shutil.rmtree(progress, ignore_errors=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return entry

@@ -230,6 +230,8 @@ def train_base_policy(
     out_dir: str | Path,
     progress: bool = True,
     on_step: Callable[[int, Any, float], None] | None = None,
+    progress_dir: str | Path | None = None,
+    save_every: int = 100,
 ) -> Path:
     """Train a fresh model of ``config.preset`` on ``task.sft_example`` and save it to ``out_dir``.
 
@@ -238,6 +240,11 @@ def train_base_policy(
     the examples come from ``random.Random(seed)``, the initial weights from
     ``torch.manual_seed(seed)``, and the model has no dropout. ``on_step(step, model, loss)``
     is called after each optimizer step (1-based). Saved atomically in Hugging Face format.
+
+    With ``progress_dir``, the state of the run (weights, optimizer, schedule, both random
+    generators, the step) is written there every ``save_every`` steps, and a run that finds it
+    continues from it: a killed bootstrap loses at most ``save_every`` steps, and the resumed
+    run ends with the weights an uninterrupted one would have.
     """
     tokenizer = build_char_tokenizer(task_alphabet(task))
     model = build_model(config.preset, tokenizer, config.seed)
@@ -254,7 +261,23 @@ def train_base_policy(
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config))
     rng = random.Random(config.seed)
-    bar = tqdm(range(1, config.steps + 1), desc=f"SFT {config.preset}", disable=not progress)
+    saved = Path(progress_dir) / PROGRESS_FILE if progress_dir is not None else None
+    first = 1
+    if saved is not None and saved.is_file():
+        state = torch.load(saved, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        rng.setstate(_as_random_state(state["rng"]))
+        torch.set_rng_state(state["torch_rng"])
+        first = int(state["step"]) + 1
+    bar = tqdm(
+        range(first, config.steps + 1),
+        desc=f"SFT {config.preset}",
+        disable=not progress,
+        initial=first - 1,
+        total=config.steps,
+    )
     with _deterministic():
         for step in bar:
             pairs = sft_pairs(task, tokenizer, rng, config.batch_size, config.mix)
@@ -265,10 +288,42 @@ def train_base_policy(
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+            if saved is not None and step % save_every == 0 and step < config.steps:
+                _save_progress(saved, step, model, optimizer, scheduler, rng)
             if on_step is not None:
                 on_step(step, model, loss)
     model.eval()
     return save_policy(model, tokenizer, out_dir)
+
+
+PROGRESS_FILE = "progress.pt"
+
+
+def _save_progress(path: Path, step: int, model, optimizer, scheduler, rng) -> None:
+    """The run's state after ``step``, written whole or not at all (a temp file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": list(_flatten_random_state(rng.getstate())),
+        "torch_rng": torch.get_rng_state(),
+    }
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def _flatten_random_state(state: tuple) -> list:
+    """``random.Random.getstate()`` as ``[version, *internal, gauss_next]`` (plain ints and
+    None, which a weights-only load reads)."""
+    version, internal, gauss_next = state
+    return [version, *internal, gauss_next]
+
+
+def _as_random_state(flat: list) -> tuple:
+    return (int(flat[0]), tuple(int(x) for x in flat[1:-1]), flat[-1])
 
 
 # ---------------------------------------------------------------------------------------------

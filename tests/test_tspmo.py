@@ -41,6 +41,14 @@ def test_each_rows_share_of_its_pairs_credit(batch):
 def test_a_prefix_the_whole_group_shares_gets_no_credit(batch):
     batch = same_within_groups(batch)  # every response of a group the same tokens
     # every token's value is the group's mean reward, before it and after it
+    before, after, _ = tree_values(
+        batch.rewards, batch.response_ids, batch.response_mask, batch.group_ids
+    )
+    group_mean = torch.stack([batch.rewards[batch.group_ids == g].mean() for g in batch.group_ids])
+    valid = batch.response_mask > 0
+    means = group_mean.unsqueeze(-1).expand_as(after)
+    torch.testing.assert_close(after[valid], means[valid])
+    torch.testing.assert_close(before[valid], means[valid])
     assert (TSPMO().advantages(batch) == 0).all()
     assert TSPMO().loss_mask(batch).sum() == 0
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+ENDED = -1  # the id of every position after a response's end: an end is a child of its node
+
 
 def prefix_classes(
     response_ids: Tensor,
@@ -81,3 +83,31 @@ def child_counts(classes: Tensor, parents: Tensor) -> Tensor:
     children = torch.zeros_like(present)
     children.scatter_add_(0, parent_of, present)  # absent classes add 0
     return children.gather(0, parents)
+
+
+def response_tree(
+    response_ids: Tensor, response_mask: Tensor, group_ids: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The tree of each group's responses: ``(classes, parents)``, both ``[B, T]`` long, the
+    node after token t (:func:`prefix_classes`) and the node before it (the group's prompt
+    node at t = 0). Positions off the response get the id :data:`ENDED`, so a response's end
+    is a child of its last node."""
+    ids = response_ids.masked_fill(response_mask <= 0, ENDED)
+    classes, _ = prefix_classes(ids, group_ids)
+    _, groups = torch.unique(group_ids, return_inverse=True)
+    return classes, torch.cat([groups.unsqueeze(-1), classes[:, :-1]], dim=1)
+
+
+def node_values(scores: Tensor, classes: Tensor, parents: Tensor) -> tuple[Tensor, Tensor]:
+    """``(before, after)``, both ``[B, T]``: the mean of ``scores`` ``[B]`` over the rows
+    through the node before each token and through the node after it."""
+    after = class_means(scores, classes)
+    root = class_means(scores, parents[:, :1])  # the prompt node's value
+    return torch.cat([root, after[:, :-1]], dim=1), after
+
+
+def class_sizes(classes: Tensor) -> Tensor:
+    """``[B, T]`` how many rows hold each row's class at each position."""
+    counts = torch.zeros_like(classes)
+    counts.scatter_add_(0, classes, torch.ones_like(classes))
+    return counts.gather(0, classes)

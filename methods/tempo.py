@@ -43,10 +43,8 @@ from .base import check_fields
 from .contract import Services
 from .core import RolloutBatch
 from .grpo import GRPO, GRPOConfig, grpo_scores
-from .prefix_tree import child_counts, class_means, prefix_classes
+from .prefix_tree import child_counts, node_values, response_tree
 from .registry import register_method
-
-ENDED = -1  # the id of every position after a response's end: an end is a child of its node
 
 
 def tree_values(
@@ -64,13 +62,8 @@ def tree_values(
         ``(before, after, branches)``, each ``[B, T]``: V(s_it), V(s_i,t+1), and True where
         the node before token t has two or more children.
     """
-    ids = response_ids.masked_fill(response_mask <= 0, ENDED)
-    classes, _ = prefix_classes(ids, group_ids)
-    _, groups = torch.unique(group_ids, return_inverse=True)
-    parents = torch.cat([groups.unsqueeze(-1), classes[:, :-1]], dim=1)
-    after = class_means(scores, classes)
-    root = class_means(scores, groups.unsqueeze(-1))  # [B, 1] the prompt node's value
-    before = torch.cat([root, after[:, :-1]], dim=1)
+    classes, parents = response_tree(response_ids, response_mask, group_ids)
+    before, after = node_values(scores, classes, parents)
     return before, after, child_counts(classes, parents) >= 2
 
 

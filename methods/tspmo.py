@@ -39,15 +39,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig
 from .contract import Services
 from .core import RolloutBatch
-from .prefix_tree import prefix_classes
+from .prefix_tree import class_sizes, node_values, response_tree
 from .registry import register_method
-from .tempo import ENDED, tree_values
 
 
 def prefix_matching_credit(
@@ -62,18 +60,10 @@ def prefix_matching_credit(
         response_mask: ``[B, T]`` 1 on response tokens.
         group_ids: ``[B]``.
     """
-    before, after, _ = tree_values(rewards, response_ids, response_mask, group_ids)
-    ids = response_ids.masked_fill(response_mask <= 0, ENDED)
-    classes, _ = prefix_classes(ids, group_ids)
-    rows_per_pair = _rows_per_class(classes).to(rewards.dtype)
+    classes, parents = response_tree(response_ids, response_mask, group_ids)
+    before, after = node_values(rewards, classes, parents)
+    rows_per_pair = class_sizes(classes).to(rewards.dtype)
     return (after - before) / rows_per_pair * response_mask
-
-
-def _rows_per_class(classes: Tensor) -> Tensor:
-    """``[B, T]`` how many rows hold each row's class at each position."""
-    counts = torch.zeros_like(classes)
-    counts.scatter_add_(0, classes, torch.ones_like(classes))
-    return counts.gather(0, classes)
 
 
 @dataclass

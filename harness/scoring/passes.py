@@ -60,12 +60,15 @@ class ScoringPasses:
         )
         return prompt_ids, prompt_mask
 
-    def _charge_scoring(self, model: str, batch: RolloutBatch, prompt_mask: Tensor) -> None:
+    def _lengths(self, batch: RolloutBatch, prompt_mask: Tensor) -> Tensor:
+        """``[B]`` the tokens of each prompt and response: what a pass over a row is charged."""
         tok = self.tokenizer
-        lengths = prompt_mask.sum(-1).long() + sequence_lengths(
+        return prompt_mask.sum(-1).long() + sequence_lengths(
             batch.response_ids, tok.eos_token_id, tok.pad_token_id
         )
-        self.scorers.charge_forward(model, lengths)
+
+    def _charge_scoring(self, model: str, batch: RolloutBatch, prompt_mask: Tensor) -> None:
+        self.scorers.charge_forward(model, self._lengths(batch, prompt_mask))
 
     def score(
         self, batch: RolloutBatch, prompts: Sequence[str] | None = None, model: str = "policy"
@@ -126,10 +129,7 @@ class ScoringPasses:
         model = self.scorers.auxiliary_for(
             lr=lr, betas=betas, weight_decay=weight_decay, grad_clip=grad_clip
         )
-        tok = self.tokenizer
-        lengths = batch.prompt_mask.sum(-1).long() + sequence_lengths(
-            batch.response_ids, tok.eos_token_id, tok.pad_token_id
-        )
+        lengths = self._lengths(batch, batch.prompt_mask)
         order = torch.arange(batch.size)
         if self.shared_prefix:  # a group's rows in one micro-batch share a prompt
             order = torch.argsort(batch.group_ids, stable=True)

@@ -23,16 +23,26 @@ swept batch size; ``default`` when none) and ``seed``. ``accuracy_metric`` names
 ``final_accuracy`` and ``auc``: ``sampled_accuracy`` when every evaluation of the run has it,
 otherwise ``greedy_accuracy`` (the trainer's summary uses the same rule).
 
+Run rows also carry the run's record: ``config`` (its config as JSON, less the fields that say
+where it ran: :data:`NOT_A_SETTING`), ``config_digest`` (the first 12 hex digits of that JSON's
+SHA-256: two runs with one digest computed the same thing), and from its ``environment.json``
+``commit``, ``git_dirty`` and ``packages``. That makes the table written as ``runs.csv`` a
+complete record: :mod:`.records` reads it back, and ``collect_runs`` takes such files beside
+results directories, so new runs are compared against committed ones without re-running them.
+
 No run is counted twice: a folder reached by two paths (a symbolic link) is read once, and two
 folders holding the same run (same method, method options, task, options, setting and seed) keep
-the one whose relative path sorts first, with a warning naming both.
+the one whose relative path sorts first, with a warning naming both. Between sources the first
+given wins: a record in a committed ``runs.csv`` listed first is kept over a re-run of it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +125,28 @@ def _find_run_dirs(root: Path) -> tuple[list[Path], list[str]]:
                 f"{direct[0].relative_to(root).as_posix()} (a link); counted once"
             )
     return sorted(found), sorted(warnings)
+
+
+def run_record(config: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
+    """The columns of a run row that make it a record: its config, digest and provenance."""
+    kept = {k: v for k, v in config.items() if k not in NOT_A_SETTING}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
+    packages = environment.get("packages")
+    return {
+        "config": text,
+        "config_digest": hashlib.sha256(text.encode("utf-8")).hexdigest()[:12],
+        "commit": str(environment.get("git_commit") or ""),
+        "git_dirty": bool(environment.get("git_dirty")),
+        "packages": json.dumps(packages if isinstance(packages, dict) else {}, sort_keys=True),
+    }
+
+
+def _environment(run: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run / "environment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # a run without its environment has no provenance, and is still a result
+    return data if isinstance(data, dict) else {}
 
 
 def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict]]:
@@ -255,32 +287,59 @@ def _labels(configs: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:
     return settings, methods
 
 
-def collect_runs(results_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
-    """Every finished run under ``results_dir`` as one tidy table, and the warnings.
-
-    Raises:
-        FileNotFoundError: ``results_dir`` is not a directory.
-    """
-    root = Path(results_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"{root}: no such results directory")
+def _read_folder(root: Path) -> tuple[dict[str, tuple], list[str]]:
+    """``{rel: (config, environment, rows)}`` of the finished runs under ``root``, warnings."""
     paths, warnings = _find_run_dirs(root)
-    read: dict[str, tuple[dict, list[dict], list[dict]]] = {}
+    read: dict[str, tuple] = {}
     for path in paths:
         rel = path.relative_to(root).as_posix() or "."
         try:
-            read[rel] = _read_run(path)
+            config, evals, steps = _read_run(path)
         except RunFormatError as err:
             text = str(err).replace(f"{path}{os.sep}", "").replace(str(path), "")
             message = text.lstrip(": ") or "unreadable"
             warnings.append(f"{rel}: skipped: {message}")
+            continue
         except (OSError, ValueError, TypeError, KeyError) as err:
             warnings.append(f"{rel}: skipped: corrupt ({type(err).__name__}: {err})")
+            continue
+        read[rel] = (config, _environment(path), _run_rows(rel, config, evals, steps))
+    return read, warnings
+
+
+def collect_runs(sources: str | Path | Iterable[str | Path]) -> tuple[pd.DataFrame, list[str]]:
+    """Every finished run of ``sources`` as one tidy table, and the warnings.
+
+    ``sources`` is a results directory (every finished run below it), a ``runs.csv`` written by
+    the leaderboard (:mod:`.records`), or several of either. Setting and method labels are
+    computed over all of them together, as if their runs lay in one folder.
+
+    Raises:
+        FileNotFoundError: a source is neither a directory nor a file.
+        RunFormatError: a ``runs.csv`` is not a leaderboard's record (the message names the
+            file and line).
+    """
+    from .records import read_records
+
+    paths = [Path(sources)] if isinstance(sources, (str, Path)) else [Path(s) for s in sources]
+    read: dict[str, tuple] = {}
+    warnings: list[str] = []
+    for source in paths:
+        if source.is_dir():
+            found, notes = _read_folder(source)
+        elif source.is_file():
+            found, notes = read_records(source), []
+        else:
+            raise FileNotFoundError(f"{source}: no such results directory or runs.csv")
+        warnings += notes
+        for rel, entry in found.items():
+            name = rel if rel not in read else f"{source.as_posix()}:{rel}"
+            read[name] = entry
     settings, methods = _labels({rel: cfg for rel, (cfg, _, _) in read.items()})
     rows: list[dict] = []
     kept: dict[tuple, str] = {}
-    for rel in sorted(read):
-        config, evals, steps = read[rel]
+    for rel in read:  # sources in the order given, each folder's runs sorted
+        config, environment, run_rows = read[rel]
         identity = (
             methods[rel],
             str(config.get("task")),
@@ -295,8 +354,11 @@ def collect_runs(results_dir: str | Path) -> tuple[pd.DataFrame, list[str]]:
             )
             continue
         kept[identity] = rel
-        for row in _run_rows(rel, config, evals, steps):
-            row.update(method=methods[rel], setting=settings[rel])
+        record = run_record(config, environment)
+        for row in run_rows:
+            row = dict(row, run=rel, method=methods[rel], setting=settings[rel])
+            if row["kind"] == "run":
+                row.update(record)
             rows.append(row)
     front = ["run", "kind", "method", "task", "options", "setting", "seed", "budget_fraction"]
     table = pd.DataFrame(rows)

@@ -56,53 +56,6 @@ def group_title(key) -> str:
     return " · ".join(parts)
 
 
-def accuracy_vs_budget(curves: pd.DataFrame) -> bytes:
-    """Mean accuracy against budget fraction per method, with its 95% bootstrap band."""
-    groups = ordered_groups(curves)
-    fig, axes = _figure(len(groups))
-    style = _style(list(curves["method"].unique()))
-    for ax, (key, frame) in zip(axes, groups, strict=True):
-        for method, points in frame.groupby("method", sort=True):
-            points = points.sort_values("budget_fraction")
-            x = points["budget_fraction"].to_numpy(dtype=float)
-            ax.plot(x, points["accuracy"], label=method, marker="o", markersize=3, **style[method])
-            ax.fill_between(
-                x, points["low"], points["high"], color=style[method]["color"], alpha=0.15
-            )
-        ax.set_title(group_title(key), fontsize=10)
-        ax.set_xlabel("budget fraction")
-        ax.set_ylabel("accuracy (eval)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-    return _png(fig)
-
-
-def final_accuracy_intervals(methods: pd.DataFrame) -> bytes:
-    """Final-accuracy IQM per method with its 95% interval, best at the top."""
-    groups = ordered_groups(methods)
-    height = max(2.4, 0.32 * max(len(f) for _, f in groups) + 1.2)
-    fig, axes = _figure(len(groups), height=height)
-    style = _style(list(methods["method"].unique()))
-    for ax, (key, frame) in zip(axes, groups, strict=True):
-        frame = frame.sort_values("final_iqm")
-        y = np.arange(len(frame))
-        for i, row in enumerate(frame.itertuples()):
-            color = style[row.method]["color"]
-            ax.plot(
-                [row.final_iqm_low, row.final_iqm_high],
-                [i, i],
-                color=color,
-                linewidth=5,
-                alpha=0.35,
-            )
-            ax.plot([row.final_iqm], [i], marker="|", markersize=14, color=color)
-        ax.set_yticks(y, frame["method"])
-        ax.set_title(group_title(key), fontsize=10)
-        ax.set_xlabel("final accuracy: IQM and 95% CI")
-        ax.grid(alpha=0.3, axis="x")
-    return _png(fig)
-
-
 CREDIT_PANELS = (
     ("credit_precision", "credit precision\n(share of blame on the first wrong step)"),
     ("credit_auroc", "credit AUROC\n(-advantage vs first-wrong-step label)"),
@@ -208,5 +161,152 @@ def gain_vs_length(methods: pd.DataFrame) -> bytes | None:
         label = " · ".join(p for p in (task, rest, setting) if p and p != "default")
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    return _png(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# One setting at a time: the figures its section of the page shows
+
+
+def slug(key) -> str:
+    """A file-name-safe name of a group: ``chain · steps=8`` -> ``chain-steps-8``."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", group_title(key).replace(" · ", "-")).strip("-")
+
+
+def gain_forest(frame: pd.DataFrame) -> bytes | None:
+    """Gain over GRPO in AUC and in final accuracy per method of one setting, 95% intervals,
+    best AUC gain at the top; oracle credit, the reference, in grey with a hollow marker."""
+    from .verdict import by_gain
+
+    if "gain_auc" not in frame or frame["gain_auc"].notna().sum() == 0:
+        return None
+    rows = by_gain(frame[frame["method"] != BASELINE])[::-1]  # matplotlib draws bottom-up
+    fig, axes = _figure(2, width=4.4, height=max(2.4, 0.28 * len(rows) + 1.3), columns=2)
+    style = _style(list(frame["method"].unique()))
+    for ax, (name, label) in zip(
+        axes,
+        (("auc", "AUC gain over GRPO"), ("final", "final accuracy gain over GRPO")),
+        strict=True,
+    ):
+        for i, row in enumerate(rows.itertuples()):
+            point = getattr(row, f"gain_{name}")
+            low, high = getattr(row, f"gain_{name}_low"), getattr(row, f"gain_{name}_high")
+            oracle = row.method == ORACLE
+            color = "0.45" if oracle else style[row.method]["color"]
+            ax.plot([low, high], [i, i], color=color, linewidth=2.5, alpha=0.6)
+            ax.plot(
+                [point],
+                [i],
+                marker="o",
+                markersize=6,
+                color=color,
+                markerfacecolor="white" if oracle else color,
+            )
+        ax.axvline(0.0, color="black", linewidth=1)
+        labels = [f"{m} (reference)" if m == ORACLE else m for m in rows["method"]]
+        ax.set_yticks(np.arange(len(rows)), labels if name == "auc" else [""] * len(rows))
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3, axis="x")
+    return _png(fig)
+
+
+def chosen_methods(frame: pd.DataFrame) -> list[str]:
+    """GRPO, oracle credit, and the best and the worst other method by AUC gain."""
+    from .verdict import by_gain
+
+    others = [m for m in by_gain(frame)["method"] if m not in (BASELINE, ORACLE)]
+    chosen = [m for m in (BASELINE, ORACLE) if m in set(frame["method"])]
+    return chosen + list(dict.fromkeys(others[:1] + others[-1:]))
+
+
+def _x_axis(points: pd.DataFrame) -> tuple[str, str]:
+    if "responses" in points and points["responses"].notna().all():
+        return "responses", "responses trained on"
+    return "budget_fraction", "budget fraction"
+
+
+def chosen_curves(curves: pd.DataFrame, frame: pd.DataFrame) -> bytes | None:
+    """Accuracy against trained responses, mean over seeds with a 95% band, for the few
+    methods a reader compares first (:func:`chosen_methods`), on one axis."""
+    methods = chosen_methods(frame)
+    points = curves[curves["method"].isin(methods)]
+    if points.empty:
+        return None
+    x_name, x_label = _x_axis(points)
+    fig, (ax,) = _figure(1, width=6.4, height=3.8)
+    style = _style(list(frame["method"].unique()))
+    for method in methods:
+        line = points[points["method"] == method].sort_values("budget_fraction")
+        x = line[x_name].to_numpy(dtype=float)
+        ax.plot(x, line["accuracy"], label=method, marker="o", markersize=3, **style[method])
+        ax.fill_between(x, line["low"], line["high"], color=style[method]["color"], alpha=0.15)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel("accuracy (eval)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return _png(fig)
+
+
+def small_multiples(curves: pd.DataFrame) -> bytes | None:
+    """One small panel per method of one setting: its accuracy curve and band over GRPO's
+    (black), on shared axes, instead of every method on one crowded axis."""
+    methods = sorted(m for m in curves["method"].unique() if m != BASELINE)
+    if not methods:
+        return None
+    x_name, x_label = _x_axis(curves)
+    fig, axes = _figure(len(methods), width=2.6, height=2.0, columns=5)
+    style = _style(list(curves["method"].unique()))
+    base = curves[curves["method"] == BASELINE].sort_values("budget_fraction")
+    low, high = curves["low"].min(), curves["high"].max()
+    for ax, method in zip(axes, methods, strict=True):
+        if not base.empty:
+            ax.plot(base[x_name], base["accuracy"], color="black", linewidth=1, label=BASELINE)
+        line = curves[curves["method"] == method].sort_values("budget_fraction")
+        x = line[x_name].to_numpy(dtype=float)
+        color = style[method]["color"]
+        ax.plot(x, line["accuracy"], color=color, linewidth=1.6)
+        ax.fill_between(x, line["low"], line["high"], color=color, alpha=0.2)
+        ax.set_ylim(low - 0.02, high + 0.02)
+        ax.set_title(method, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.supxlabel(f"{x_label} (GRPO in black)", fontsize=9)
+    fig.supylabel("accuracy (eval)", fontsize=9)
+    return _png(fig)
+
+
+def credit_vs_gain(methods: pd.DataFrame) -> bytes | None:
+    """Does better credit placement buy faster learning? Per method and setting, credit
+    precision (x) against AUC gain over GRPO (y), each with its 95% interval."""
+    needed = ("credit_precision", "gain_auc")
+    if not all(c in methods for c in needed):
+        return None
+    points = methods.dropna(subset=list(needed))
+    if points.empty:
+        return None
+    groups = ordered_groups(points)
+    fig, (ax,) = _figure(1, width=6.4, height=4.2)
+    for marker, (key, frame) in zip("osD^v<>ph*" * 3, groups, strict=False):
+        x = frame["credit_precision"].to_numpy(dtype=float)
+        y = frame["gain_auc"].to_numpy(dtype=float)
+        xerr = [
+            x - frame["credit_precision_low"].to_numpy(float),
+            frame["credit_precision_high"].to_numpy(float) - x,
+        ]
+        yerr = [
+            y - frame["gain_auc_low"].to_numpy(float),
+            frame["gain_auc_high"].to_numpy(float) - y,
+        ]
+        ax.errorbar(
+            x, y, xerr=xerr, yerr=yerr, fmt=marker, capsize=2, alpha=0.8, label=group_title(key)
+        )
+        for method, xi, yi in zip(frame["method"], x, y, strict=True):
+            ax.annotate(method, (xi, yi), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.axhline(0.0, color="black", linewidth=1)
+    ax.set_xlabel("credit precision (share of blame on the first wrong step)")
+    ax.set_ylabel("AUC gain over GRPO")
+    ax.grid(alpha=0.3)
+    if len(groups) > 1:
         ax.legend(fontsize=7, loc="best")
     return _png(fig)

@@ -2,14 +2,17 @@
 
 ``render(results_dir)`` writes into ``results_dir`` (or ``out_dir``):
 
-- ``leaderboard.md``: per task the accuracy table (ranks, IQM and mean with 95% CIs, probability
-  of improvement over GRPO, learning speed between GRPO and oracle credit), the credit
-  diagnostics table, the numbers reported by the papers where the task matches, the skipped runs;
+- ``leaderboard.md``: per setting the verdict in a sentence or two (:mod:`.verdict`), the gain
+  over GRPO as a forest plot, the accuracy table sorted by the AUC gain (:mod:`.tables`), the
+  curves of GRPO, oracle credit, the best and the worst method, every method in a small panel
+  against GRPO, the credit diagnostics table and the numbers reported by the papers where the
+  task matches; then the figures across settings and the skipped runs;
 - ``leaderboard.csv``: the statistics, one row per task, options, setting and method;
 - ``runs.csv``: the tidy table of every collected run (:func:`leaderboard.collect.collect_runs`);
-- ``accuracy_vs_budget.png``, ``final_accuracy.png``, ``credit.png`` (when the runs log credit
-  diagnostics or filler entropy), ``gain_vs_length.png`` (when runs with several chain lengths
-  exist);
+- per setting ``gain_forest-<setting>.png``, ``curves-<setting>.png`` and
+  ``multiples-<setting>.png``; across settings ``credit_vs_gain.png`` and ``credit.png`` (when
+  the runs log credit diagnostics), ``gain_vs_length.png`` (when runs with several chain
+  lengths exist);
 - ``leaderboard.html``: the same content in one self-contained page, the plots embedded as
   base64 data URIs, no external assets.
 
@@ -22,7 +25,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,9 +33,11 @@ import pandas as pd
 
 from . import plots
 from .collect import collect_runs, suite_coverage
-from .files import atomic_write_bytes, atomic_write_text
+from .files import RunFormatError, atomic_write_bytes, atomic_write_text
 from .papers import reported_results
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups, summarize
+from .tables import accuracy_table, credit_table, paper_table
+from .verdict import setting_verdict
 
 
 class LeaderboardError(ValueError):
@@ -65,128 +69,21 @@ HOW_TO_READ = (
 
 
 # ---------------------------------------------------------------------------------------------
-# Formatting
-
-
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def fmt(value, digits: int = 3) -> str:
-    return "n/a" if _missing(value) else f"{value:.{digits}f}"
-
-
-def fmt_interval(row, column: str, n: int) -> str:
-    point = row.get(column)
-    if _missing(point):
-        return "n/a"
-    if n < 2:
-        return f"{point:.3f} (n=1)"
-    return f"{point:.3f} [{row.get(f'{column}_low'):.3f}, {row.get(f'{column}_high'):.3f}]"
-
-
-def fmt_rank(row, name: str) -> str:
-    rank = row.get(f"rank_{name}")
-    if _missing(rank):
-        return "n/a"
-    return f"={int(rank)}" if row.get(f"rank_{name}_shared") else str(int(rank))
-
-
-# ---------------------------------------------------------------------------------------------
 # The document: a list of blocks, written out as Markdown and as HTML
 
 
-def _accuracy_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    headers = [
-        "rank",
-        "method",
-        "seeds",
-        "final acc. IQM [95% CI]",
-        "final acc. mean [95% CI]",
-        "AUC IQM [95% CI]",
-        "AUC mean [95% CI]",
-        "P(>GRPO) final",
-        "P(>GRPO) AUC",
-        "learning speed (GRPO 0, oracle 1)",
-    ]
-    rows = []
-    for _, r in frame.sort_values(["rank_final", "method"]).iterrows():
-        n = int(r["n_seeds"])
-        rows.append(
-            [
-                fmt_rank(r, "final"),
-                r["method"],
-                str(n),
-                fmt_interval(r, "final_iqm", n),
-                fmt_interval(r, "final_mean", n),
-                fmt_interval(r, "auc_iqm", n),
-                fmt_interval(r, "auc_mean", n),
-                fmt(r.get("poi_final"), 2),
-                fmt(r.get("poi_auc"), 2),
-                fmt(r.get("speed_position"), 2),
-            ]
-        )
-    return headers, rows
-
-
-def _credit_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    headers = [
-        "method",
-        "credit precision [95% CI]",
-        "chance level",
-        "credit AUROC [95% CI]",
-        "credit score (GRPO 0, oracle 1)",
-        "filler entropy drift [95% CI]",
-        "shared-prefix gradient, net / rest [95% CI]",
-        "reset at the first wrong step [95% CI]",
-    ]
-    rows = []
-    for _, r in frame.sort_values("method").iterrows():
-        n = int(r["n_seeds"])
-        rows.append(
-            [
-                r["method"],
-                fmt_interval(r, "credit_precision", n),
-                fmt(r.get("credit_chance")),
-                fmt_interval(r, "credit_auroc", n),
-                fmt(r.get("credit_position"), 2),
-                fmt_interval(r, "filler_entropy_drift", n),
-                fmt_interval(r, "cancel_ratio", n),
-                fmt_interval(r, "reset_hits_first_wrong", n),
-            ]
-        )
-    return headers, rows
-
-
-def _paper_table(frame: pd.DataFrame, papers: list[dict]) -> tuple[list[str], list[list[str]]]:
-    ours = {r["method"]: r.get("final_mean") for _, r in frame.iterrows()}
-    headers = [
-        "paper",
-        "table",
-        "model",
-        "benchmark",
-        "metric",
-        "row",
-        "reported by the paper",
-        "ours: final acc. mean (%)",
-    ]
-    rows = []
-    for p in papers:
-        mine = ours.get(p["method"]) if p["method"] else None
-        mark = "" if p["verified"] else " (unverified)"
-        rows.append(
-            [
-                f"{p['paper']} (arXiv {p['arxiv']})",
-                p["table"],
-                p["model"],
-                p["benchmark"],
-                p["metric"],
-                p["label"],
-                f"{p['value']:g}{mark}",
-                "not run" if mine is None or _missing(mine) else f"{100 * mine:.1f}",
-            ]
-        )
-    return headers, rows
+def setting_figures(stats: dict) -> dict[str, bytes]:
+    """Per setting, the figures its section shows: ``gain_forest-<slug>``, ``curves-<slug>``
+    (GRPO, oracle, the best and the worst method) and ``multiples-<slug>`` (one panel each)."""
+    figures: dict[str, bytes | None] = {}
+    curves = stats["curves"]
+    for key, frame in ordered_groups(stats["methods"]):
+        name = plots.slug(key)
+        mask = (curves[GROUP] == pd.Series(key, index=GROUP)).all(axis=1)
+        figures[f"gain_forest-{name}"] = plots.gain_forest(frame)
+        figures[f"curves-{name}"] = plots.chosen_curves(curves[mask], frame)
+        figures[f"multiples-{name}"] = plots.small_multiples(curves[mask])
+    return {k: v for k, v in figures.items() if v is not None}
 
 
 def build_blocks(
@@ -204,31 +101,37 @@ def build_blocks(
         (
             "p",
             f"{n_runs} finished runs, {methods.groupby(GROUP).ngroups} task settings, "
-            f"methods: {', '.join(sorted(methods['method'].unique()))}. "
-            f"Baseline: {BASELINE}; upper reference: {ORACLE}.",
+            f"{methods['method'].nunique()} methods. Baseline: {BASELINE}; upper reference: "
+            f"{ORACLE}. Ranked by the gain in AUC over GRPO; brackets are 95% intervals.",
         )
     )
     blocks += [("p", sentence) for sentence in coverage]
-    blocks.append(("p", HOW_TO_READ))
     for key, frame in ordered_groups(methods):
+        name = plots.slug(key)
         metric = frame["accuracy_metric"].iloc[0]
         blocks.append(("h2", plots.group_title(key)))
+        blocks.append(("p", setting_verdict(frame)))
+        if f"gain_forest-{name}" in figures:
+            blocks.append(
+                ("img", f"gain_forest-{name}", "Gain over GRPO per method, 95% intervals")
+            )
+        blocks.append(("table", *accuracy_table(frame)))
         blocks.append(
             (
                 "p",
-                f"Task {key[0]}, options {key[1]}, setting {key[2]}; "
-                f"accuracy: {metric} on the eval split.",
+                f"Task {key[0]}, options {key[1]}, setting {key[2]}; accuracy: {metric} on "
+                "the eval split."
+                + (" One seed (n=1) has no interval." if (frame["n_seeds"] < 2).any() else ""),
             )
         )
-        blocks.append(("table", *_accuracy_table(frame)))
-        if (frame["n_seeds"] < 2).any():
-            blocks.append(
-                (
-                    "p",
-                    "Methods with one seed (n=1) have no interval: their ranks "
-                    "are not tested for significance.",
-                )
+        if f"curves-{name}" in figures:
+            caption = (
+                "Accuracy against trained responses: GRPO, oracle credit, the best and the "
+                "worst method (mean over seeds, 95% band)"
             )
+            blocks.append(("img", f"curves-{name}", caption))
+        if f"multiples-{name}" in figures:
+            blocks.append(("img", f"multiples-{name}", "Every method against GRPO (black)"))
         diagnostics = [
             c
             for c in ("credit_precision", "credit_auroc", "filler_entropy_drift", "cancel_ratio")
@@ -236,7 +139,7 @@ def build_blocks(
         ]
         if diagnostics:
             blocks.append(("h3", "Credit diagnostics"))
-            blocks.append(("table", *_credit_table(frame)))
+            blocks.append(("table", *credit_table(frame)))
         else:
             blocks.append(
                 (
@@ -258,18 +161,19 @@ def build_blocks(
                     "not produced here), beside our final accuracy on the same task.",
                 )
             )
-            blocks.append(("table", *_paper_table(frame, matching)))
-    blocks.append(("h2", "Plots"))
+            blocks.append(("table", *paper_table(frame, matching)))
+    blocks.append(("h2", "Across settings"))
     captions = {
-        "accuracy_vs_budget": "Accuracy against budget fraction "
-        "(mean over seeds, 95% bootstrap band)",
-        "final_accuracy": "Final accuracy: IQM over seeds with its 95% interval",
+        "credit_vs_gain": "Does better credit placement buy faster learning? Credit precision "
+        "against AUC gain over GRPO, per method and setting (95% intervals)",
         "credit": "Credit diagnostics: precision, AUROC, filler entropy drift",
         "gain_vs_length": "Gain in AUC over GRPO against chain length (mean difference, 95% CI)",
     }
     for name, caption in captions.items():
         if name in figures:
             blocks.append(("img", name, caption))
+    blocks.append(("h3", "How to read"))
+    blocks.append(("p", HOW_TO_READ))
     if warnings:
         blocks.append(("h2", "Skipped runs and warnings"))
         blocks.append(("list", warnings))
@@ -363,74 +267,87 @@ RESET_MATCHING = (
 # Entry point
 
 
-def provenance(root: Path, runs) -> str:
-    """Which code and packages produced the runs: one sentence from their environment.json."""
+def provenance(table: pd.DataFrame) -> str:
+    """Which code and packages produced the runs: one sentence from their records."""
+    runs = table[table["kind"] == "run"] if "commit" in table else table.iloc[0:0]
     commits: dict[str, int] = {}
     packages: dict[str, set[str]] = {}
     dirty = 0
-    for rel in runs:
-        try:
-            env = json.loads((root / rel / "environment.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+    for row in runs.to_dict("records"):
+        commit = str(row.get("commit") or "")[:12]
+        if not commit or commit == "nan":
             continue
-        commit = str(env.get("git_commit") or "unknown")[:12]
         commits[commit] = commits.get(commit, 0) + 1
-        dirty += bool(env.get("git_dirty"))
-        for package, version in (env.get("packages") or {}).items():
+        dirty += bool(row.get("git_dirty"))
+        for package, version in json.loads(row.get("packages") or "{}").items():
             packages.setdefault(package, set()).add(str(version))
     if not commits:
         return "No run records its environment."
     code = ", ".join(f"{c} ({n} runs)" for c, n in sorted(commits.items()))
     versions = "; ".join(f"{p} {', '.join(sorted(v))}" for p, v in sorted(packages.items()))
     edits = f"; {dirty} with uncommitted changes" if dirty else ""
-    return f"Code: git commit {code}{edits}. Packages: {versions}."
+    return f"Code: git commit {code}{edits}." + (f" Packages: {versions}." if versions else "")
 
 
 def render(
-    results_dir: str | Path, out_dir: str | Path | None = None, *, reps: int = 2000
+    sources: str | Path | Sequence[str | Path],
+    out_dir: str | Path | None = None,
+    *,
+    reps: int = 2000,
 ) -> dict[str, Path]:
-    """Write the leaderboard of ``results_dir``; returns ``{name: path}`` of every file written.
+    """Write the leaderboard of ``sources``; returns ``{name: path}`` of every file written.
 
-    Names: ``markdown``, ``csv``, ``runs_csv``, ``html`` and one per plot
-    (``accuracy_vs_budget``, ``final_accuracy``, ``credit``, ``gain_vs_length``). Warnings
-    (skipped runs, duplicates) go to stderr and into the page.
+    ``sources`` is a results directory, a committed ``runs.csv`` (:mod:`.records`) or several of
+    either; ``out_dir`` defaults to the first source when it is a directory. Names:
+    ``markdown``, ``csv``, ``runs_csv``, ``html`` and one per figure (its file name without
+    ``.png``). Warnings (skipped runs, duplicates) go
+    to stderr and into the page.
 
     Raises:
-        LeaderboardError: ``results_dir`` is missing or holds no finished run.
+        LeaderboardError: a source is missing or unreadable, or none holds a finished run.
     """
-    root = Path(results_dir)
+    paths_in = [Path(sources)] if isinstance(sources, (str, Path)) else [Path(s) for s in sources]
+    if not paths_in:
+        raise LeaderboardError("no results directory or runs.csv given")
+    for source in paths_in:
+        if not source.exists():
+            raise LeaderboardError(f"{source}: no such results directory or runs.csv")
+    if out_dir is None and not paths_in[0].is_dir():
+        raise LeaderboardError(f"{paths_in[0]}: not a folder; say where to write with --out")
     try:
-        table, warnings = collect_runs(root)
-    except FileNotFoundError:
-        raise LeaderboardError(f"{root}: no such results directory") from None
+        table, warnings = collect_runs(paths_in)
+    except (FileNotFoundError, RunFormatError) as err:
+        raise LeaderboardError(str(err)) from None
+    where = ", ".join(str(p) for p in paths_in)
     n_runs = int((table["kind"] == "run").sum())
     if n_runs == 0:
         detail = f"; skipped: {'; '.join(warnings[:5])}" if warnings else ""
-        raise LeaderboardError(f"{root}: holds no finished run{detail}")
+        raise LeaderboardError(f"{where}: holds no finished run{detail}")
     stats = summarize(table, reps=reps)
     papers, paper_warnings = reported_results(set(stats["methods"]["task"]))
     warnings = warnings + paper_warnings
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     drawn = {
-        "accuracy_vs_budget": plots.accuracy_vs_budget(stats["curves"]),
-        "final_accuracy": plots.final_accuracy_intervals(stats["methods"]),
+        "credit_vs_gain": plots.credit_vs_gain(stats["methods"]),
         "credit": plots.credit_chart(stats["methods"]),
         "gain_vs_length": plots.gain_vs_length(stats["methods"]),
     }
-    figures = {name: png for name, png in drawn.items() if png is not None}
-    name = root.resolve().name
-    coverage = suite_coverage(root, set(table.loc[table["kind"] == "run", "run"]))
+    figures = setting_figures(stats)
+    figures.update({name: png for name, png in drawn.items() if png is not None})
+    out = Path(out_dir) if out_dir is not None else paths_in[0]
+    name = out.resolve().name
+    finished = set(table.loc[table["kind"] == "run", "run"])
+    coverage = [s for p in paths_in if p.is_dir() for s in suite_coverage(p, finished)]
     blocks = build_blocks(name, stats, papers, warnings, figures, n_runs, coverage)
     blocks.append(("h2", "Provenance"))
-    blocks.append(("p", provenance(root, table["run"].unique())))
+    blocks.append(("p", provenance(table)))
     texts = {
         "markdown": ("leaderboard.md", to_markdown(blocks)),
         "csv": ("leaderboard.csv", stats["methods"].to_csv(index=False)),
         "runs_csv": ("runs.csv", table.to_csv(index=False)),
         "html": ("leaderboard.html", to_html(blocks, figures, f"creditbench leaderboard: {name}")),
     }
-    out = Path(out_dir) if out_dir is not None else root
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     for key, png in figures.items():

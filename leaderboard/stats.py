@@ -296,7 +296,8 @@ def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[s
 
     Returns ``{"methods": ..., "curves": ...}``: one row per group and method (statistics
     above; columns ``<metric>_<stat>``, ``_low``, ``_high``), and one row per group, method and
-    budget fraction (mean accuracy with its interval across seeds).
+    budget fraction (mean accuracy with its interval across seeds, and the mean number of
+    responses the seeds had trained on by then).
     """
     runs = table[table["kind"] == "run"]
     evals = table[table["kind"] == "eval"]
@@ -356,11 +357,13 @@ def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[s
         for (method, fraction), points in evals[mask].groupby(["method", "budget_fraction"]):
             values = points[metric].to_numpy(dtype=float) if metric in points else np.array([])
             iv = bootstrap_interval(values, "mean", reps=reps, seed=seed)
+            trained = points["responses_trained"] if "responses_trained" in points else None
             curve_rows.append(
                 dict(
                     zip(GROUP, key, strict=True),
                     method=method,
                     budget_fraction=fraction,
+                    responses=float(trained.mean()) if trained is not None else math.nan,
                     accuracy=iv.point,
                     low=iv.low,
                     high=iv.high,

@@ -15,80 +15,10 @@ import shutil
 import subprocess
 
 import pytest
+from fake_runs import CREDIT_AUROC, FILLER_DRIFT, FRACTIONS, SLOPE, make_run
 
 from creditbench.harness.cli.main import main as cli_main
-from creditbench.harness.config import RunConfig, to_dict
-from creditbench.harness.records.rundir import RunDir
 from creditbench.leaderboard import LeaderboardError, collect_runs, render
-
-FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
-# Final accuracy per method at seed 0; seeds add 0.01 each. Slopes are over the budget.
-START, SLOPE = 0.3, {"grpo": 0.1, "dapo": 0.2, "oracle": 0.4}
-CREDIT_AUROC = {"grpo": 0.5, "dapo": 0.6, "oracle": 0.9}
-FILLER_DRIFT = {"grpo": -0.4, "dapo": -0.2, "oracle": 0.0}
-
-
-def make_run(
-    root, name, method, seed, *, steps=4, task="chain", status="finished", summary=True, **sections
-):
-    """A run as the trainer writes it; ``sections`` update config sections (rollout={...})."""
-    config = to_dict(RunConfig(method=method, seed=seed, task=task, task_options={"steps": steps}))
-    config.update(run_name=name, output_dir=str(root))
-    for section, values in sections.items():
-        config[section].update(values)
-    run = RunDir(root / name)
-    run.create(config, {"python": "3.11"})
-    accuracy = [START + 0.01 * seed + SLOPE[method] * f for f in FRACTIONS]
-    run.append_metrics(
-        {
-            "step": 0,
-            "eval": {
-                "fraction": 0.0,
-                "step": 0,
-                "sampled_accuracy": accuracy[0],
-                "greedy_accuracy": accuracy[0],
-            },
-        }
-    )
-    n_steps = len(FRACTIONS) - 1
-    for step in range(1, n_steps + 1):
-        fraction = step / n_steps
-        run.append_metrics(
-            {
-                "step": step,
-                "budget_fraction": fraction,
-                "flops": 1e9 * step,
-                "reward_mean": 0.4,
-                "entropy": 1.0,
-                "filler_entropy": 1.35 + FILLER_DRIFT[method] * (step - 1) / (n_steps - 1),
-                "credit_precision": CREDIT_AUROC[method] - 0.3,
-                "credit_auroc": CREDIT_AUROC[method],
-                "credit_chance": 0.1,
-                "time": {"step": 0.5},
-            }
-        )
-        run.append_metrics(
-            {
-                "step": step,
-                "eval": {
-                    "fraction": FRACTIONS[step],
-                    "step": step,
-                    "sampled_accuracy": accuracy[step],
-                    "greedy_accuracy": accuracy[step],
-                },
-            }
-        )
-    if summary:
-        run.write_summary(
-            {
-                "status": status,
-                "method": method,
-                "task": task,
-                "seed": seed,
-                "task_options": {"steps": steps},
-            }
-        )
-    return run
 
 
 @pytest.fixture
@@ -138,8 +68,10 @@ def test_render_writes_every_file_with_the_methods_and_one_row_per_run(results, 
         "csv",
         "runs_csv",
         "html",
-        "accuracy_vs_budget",
-        "final_accuracy",
+        "gain_forest-chain-steps-4",
+        "curves-chain-steps-4",
+        "multiples-chain-steps-4",
+        "credit_vs_gain",
         "credit",
     ):
         assert paths[key].is_file() and paths[key].stat().st_size > 0, key
@@ -149,8 +81,14 @@ def test_render_writes_every_file_with_the_methods_and_one_row_per_run(results, 
     table_rows = [line for line in md.splitlines() if line.startswith("| ")]
     for method in SLOPE:
         assert any(f"| {method} |" in line for line in table_rows), method
-    # oracle is best, alone; the method order of the accuracy table follows the ranks
-    assert re.search(r"^\| 1 \| oracle \| 3 \|", md, re.M)
+    # oracle is best, alone; the rows follow the AUC gain over GRPO: oracle, dapo, grpo
+    assert re.search(r"^\| 1 \| oracle \| 3 \| \+0\.150 \[", md, re.M)
+    order = [m for line in table_rows for m in SLOPE if line.startswith(f"| {m} |")]
+    ranked = [line.split(" | ")[1] for line in table_rows if re.match(r"\| =?\d+ \| ", line)]
+    assert ranked[:3] == ["oracle", "dapo", "grpo"], (ranked, order)
+    # the verdict is computed from the intervals: dapo and oracle ahead, beyond their intervals
+    assert "Ahead of GRPO in AUC (95% interval above zero): dapo (+0.050 [" in md
+    assert "Oracle credit, the reference, is ahead of GRPO by +0.150" in md
     for name in ("grpo-unfinished", "oracle-corrupt", "dapo-failed", "zz-copy/grpo-chain-s1"):
         assert name in md
     with open(paths["csv"]) as f:
@@ -307,25 +245,23 @@ def test_html_page_loads_in_headless_chromium_with_tables_and_embedded_images(re
     assert not re.search(r'(src|href)="(https?:)?//', dom)  # no external assets
 
 
-def test_provenance_names_the_commits_and_packages_of_the_runs(tmp_path):
-    import json
+def test_provenance_names_the_commits_and_packages_of_the_runs():
+    import pandas as pd
 
     from creditbench.leaderboard.report import provenance
 
-    for name, commit, dirty in (
-        ("a", "1" * 40, False),
-        ("b", "1" * 40, True),
-        ("c", "2" * 40, False),
-    ):
-        (tmp_path / name).mkdir()
-        env = {"git_commit": commit, "git_dirty": dirty, "packages": {"torch": f"2.{len(name)}"}}
-        (tmp_path / name / "environment.json").write_text(json.dumps(env))
-    (tmp_path / "d").mkdir()  # a run without its environment is left out, not fatal
-    text = provenance(tmp_path, ["a", "b", "c", "d"])
+    rows = [
+        {"kind": "run", "commit": "1" * 40, "git_dirty": False, "packages": '{"torch": "2.1"}'},
+        {"kind": "run", "commit": "1" * 40, "git_dirty": True, "packages": '{"torch": "2.1"}'},
+        {"kind": "run", "commit": "2" * 40, "git_dirty": False, "packages": '{"torch": "2.3"}'},
+        {"kind": "run", "commit": "", "git_dirty": False, "packages": "{}"},  # no environment
+        {"kind": "eval", "commit": None, "git_dirty": None, "packages": None},
+    ]
+    text = provenance(pd.DataFrame(rows))
     assert "111111111111 (2 runs)" in text and "222222222222 (1 runs)" in text
     assert "1 with uncommitted changes" in text
-    assert "torch 2.1" in text
-    assert provenance(tmp_path, ["d"]) == "No run records its environment."
+    assert "torch 2.1, 2.3" in text
+    assert provenance(pd.DataFrame(rows[3:])) == "No run records its environment."
 
 
 def test_reset_methods_carry_the_compute_matching_note(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
-"""``creditbench leaderboard [RESULTS_DIR] [--out DIR]``: render the leaderboard of a results
-directory (every finished run below it) as leaderboard.md, .csv, .html and PNG plots.
+"""``creditbench leaderboard [SOURCE ...] [--out DIR]``: render the leaderboard of results
+directories (every finished run below them) and committed ``runs.csv`` records, together, as
+leaderboard.md, .csv, runs.csv, .html and PNG plots.
 
 ``creditbench validate``: run the ``validation`` suite (oracle credit against GRPO) and write
 its report, ``validation.md``, and one row per setting, ``validation.csv``, beside the runs."""
@@ -17,7 +18,7 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     if args.reps < 1:
         return usage_error("leaderboard", f"--reps: must be >= 1 (got {args.reps})")
     try:
-        paths = render(args.results_dir, args.out, reps=args.reps)
+        paths = render(args.sources, args.out, reps=args.reps)
     except LeaderboardError as err:
         return usage_error("leaderboard", str(err))
     for name in ("markdown", "csv", "html"):
@@ -57,12 +58,16 @@ def add_leaderboard_commands(subparsers) -> None:
         "leaderboard", help="render the leaderboard of a results directory (md, csv, html, png)"
     )
     p.add_argument(
-        "results_dir",
-        nargs="?",
-        default="runs",
-        help="the folder holding run directories, searched recursively (default: runs)",
+        "sources",
+        nargs="*",
+        default=["runs"],
+        metavar="SOURCE",
+        help="a folder holding run directories (searched recursively) or a committed runs.csv; "
+        "several are rendered together (default: runs)",
     )
-    p.add_argument("--out", default=None, help="where to write (default: RESULTS_DIR)")
+    p.add_argument(
+        "--out", default=None, help="where to write (default: the first SOURCE, if a folder)"
+    )
     p.add_argument(
         "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
     )

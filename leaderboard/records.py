@@ -1,0 +1,116 @@
+"""Run records: a leaderboard's ``runs.csv`` read back as runs, so new runs compare against them.
+
+``runs.csv`` (written by :func:`leaderboard.report.render`) is :func:`.collect.collect_runs`'s
+table: per run one ``kind = "run"`` row (every scalar the leaderboard reads, the run's config as
+JSON, its digest, commit and packages) and one ``kind = "eval"`` row per evaluation (the
+accuracy curve). Committed next to a published snapshot, it stands in for the run folders: a
+contributor runs only the new method and renders it against the file,
+
+    creditbench leaderboard docs/results/standard/runs.csv runs/mine --out board
+
+and the statistics are those the original folders would give (``tests/test_records.py`` checks
+that a folder and its ``runs.csv`` give the same leaderboard).
+
+A file that is not such a record is an error naming the file and line, never a partial read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .files import RunFormatError
+
+REQUIRED = ("run", "kind", "method", "task", "options", "setting", "seed", "config")
+# Columns collect_runs adds to every run row from the run's config and environment.
+RECORD_COLUMNS = ("config", "config_digest", "commit", "git_dirty", "packages")
+INTEGER_COLUMNS = ("seed", "step", "steps")
+
+
+def _value(column: str, value: Any) -> Any:
+    if column in INTEGER_COLUMNS and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _environment(row: dict[str, Any], where: str) -> dict[str, Any]:
+    try:
+        packages = json.loads(row.get("packages") or "{}")
+    except ValueError:
+        raise RunFormatError(f"{where}: packages is not JSON") from None
+    dirty = row.get("git_dirty")
+    return {
+        "git_commit": row.get("commit") or "",
+        "git_dirty": dirty is True or str(dirty).lower() == "true",
+        "packages": packages if isinstance(packages, dict) else {},
+    }
+
+
+def _config(row: dict[str, Any], where: str) -> dict[str, Any]:
+    text = row.get("config")
+    try:
+        config = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        config = None
+    if not isinstance(config, dict):
+        raise RunFormatError(f"{where}: config is not a JSON object")
+    method = str(row["method"]).split("[", 1)[0]
+    if config.get("method") != method or config.get("seed") != row["seed"]:
+        raise RunFormatError(
+            f"{where}: config says method {config.get('method')!r} seed {config.get('seed')!r}, "
+            f"the row {method!r} seed {row['seed']!r}"
+        )
+    digest = row.get("config_digest")
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    if isinstance(digest, str) and hashlib.sha256(canonical.encode()).hexdigest()[:12] != digest:
+        raise RunFormatError(f"{where}: config does not match its config_digest {digest}")
+    return config
+
+
+def read_records(path: str | Path) -> dict[str, tuple[dict, dict, list[dict]]]:
+    """``{run: (config, environment, rows)}`` of a ``runs.csv``, as :mod:`.collect` reads a folder.
+
+    Raises:
+        RunFormatError: not a leaderboard's ``runs.csv``; the message names the file and line.
+    """
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path, dtype={"config_digest": str, "commit": str})
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        raise RunFormatError(f"{path}: not a readable CSV ({err})") from None
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing:
+        raise RunFormatError(
+            f"{path}: not a leaderboard's runs.csv (no column {', '.join(missing)})"
+        )
+    runs: dict[str, tuple[dict, dict, list[dict]]] = {}
+    rows: dict[str, list[dict]] = {}
+    for index, raw in enumerate(frame.to_dict("records")):
+        where = f"{path}:{index + 2}"  # line 1 is the header
+        row = {
+            k: _value(k, v) for k, v in raw.items() if not (isinstance(v, float) and math.isnan(v))
+        }
+        missing = [c for c in REQUIRED if c != "config" and c not in row]
+        if missing or row["kind"] not in ("run", "eval"):
+            problem = f"empty {', '.join(missing)}" if missing else f"kind {row['kind']!r}"
+            raise RunFormatError(f"{where}: {problem}")
+        if not isinstance(row["seed"], int):
+            raise RunFormatError(f"{where}: seed {row['seed']!r} is not an integer")
+        run = str(row["run"])
+        if row["kind"] == "run":
+            if run in runs:
+                raise RunFormatError(f"{where}: a second run row for {run}")
+            runs[run] = (_config(row, where), _environment(row, where), [])
+        rows.setdefault(run, []).append({k: v for k, v in row.items() if k not in RECORD_COLUMNS})
+    for run, entries in rows.items():
+        if run not in runs:
+            raise RunFormatError(f"{path}: run {run} has evaluation rows but no run row")
+        if not any(r["kind"] == "eval" for r in entries):
+            raise RunFormatError(f"{path}: run {run} has no evaluation rows")
+        runs[run][2].extend(entries)
+    return runs

@@ -1,0 +1,90 @@
+"""Finished runs written with RunDir exactly as the trainer lays them out (config.yaml,
+metrics.jsonl with step and eval records, summary.json, environment.json), for the leaderboard's
+tests: each method learns at its own slope, each seed adds 0.01."""
+
+from __future__ import annotations
+
+from creditbench.harness.config import RunConfig, to_dict
+from creditbench.harness.records.rundir import RunDir
+
+FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# Final accuracy per method at seed 0; seeds add 0.01 each. Slopes are over the budget.
+START, SLOPE = 0.3, {"grpo": 0.1, "dapo": 0.2, "oracle": 0.4}
+CREDIT_AUROC = {"grpo": 0.5, "dapo": 0.6, "oracle": 0.9}
+FILLER_DRIFT = {"grpo": -0.4, "dapo": -0.2, "oracle": 0.0}
+
+
+ENVIRONMENT = {"python": "3.11", "git_commit": "c0ffee" * 6 + "abcd", "git_dirty": False}
+
+
+def make_run(
+    root,
+    name,
+    method,
+    seed,
+    *,
+    steps=4,
+    task="chain",
+    status="finished",
+    summary=True,
+    environment=ENVIRONMENT,
+    **sections,
+):
+    """A run as the trainer writes it; ``sections`` update config sections (rollout={...})."""
+    config = to_dict(RunConfig(method=method, seed=seed, task=task, task_options={"steps": steps}))
+    config.update(run_name=name, output_dir=str(root))
+    for section, values in sections.items():
+        config[section].update(values)
+    run = RunDir(root / name)
+    run.create(config, dict(environment))
+    accuracy = [START + 0.01 * seed + SLOPE.get(method, 0.15) * f for f in FRACTIONS]
+    run.append_metrics(
+        {
+            "step": 0,
+            "eval": {
+                "fraction": 0.0,
+                "step": 0,
+                "sampled_accuracy": accuracy[0],
+                "greedy_accuracy": accuracy[0],
+            },
+        }
+    )
+    n_steps = len(FRACTIONS) - 1
+    for step in range(1, n_steps + 1):
+        fraction = step / n_steps
+        run.append_metrics(
+            {
+                "step": step,
+                "budget_fraction": fraction,
+                "flops": 1e9 * step,
+                "reward_mean": 0.4,
+                "entropy": 1.0,
+                "filler_entropy": 1.35 + FILLER_DRIFT.get(method, -0.1) * (step - 1) / (n_steps - 1),
+                "credit_precision": CREDIT_AUROC.get(method, 0.55) - 0.3,
+                "credit_auroc": CREDIT_AUROC.get(method, 0.55),
+                "credit_chance": 0.1,
+                "time": {"step": 0.5},
+            }
+        )
+        run.append_metrics(
+            {
+                "step": step,
+                "eval": {
+                    "fraction": FRACTIONS[step],
+                    "step": step,
+                    "sampled_accuracy": accuracy[step],
+                    "greedy_accuracy": accuracy[step],
+                },
+            }
+        )
+    if summary:
+        run.write_summary(
+            {
+                "status": status,
+                "method": method,
+                "task": task,
+                "seed": seed,
+                "task_options": {"steps": steps},
+            }
+        )
+    return run

@@ -1,0 +1,100 @@
+"""Committed run records (``runs.csv``) stand in for the run folders they were rendered from."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from fake_runs import SLOPE, make_run
+
+from creditbench.harness.cli.main import main as cli_main
+from creditbench.leaderboard import LeaderboardError, collect_runs, render
+from creditbench.leaderboard.stats import summarize
+
+
+@pytest.fixture
+def published(tmp_path):
+    """A snapshot's folders rendered once: (the folder, its runs.csv)."""
+    root = tmp_path / "published"
+    for method in SLOPE:
+        for seed in range(3):
+            make_run(root, f"{method}-s{seed}", method, seed)
+    return root, render(root, reps=50)["runs_csv"]
+
+
+def test_a_runs_csv_gives_the_statistics_of_its_folders(published):
+    folder, records = published
+    from_folders, _ = collect_runs(folder)
+    from_records, warnings = collect_runs(records)
+    assert warnings == []
+    runs = from_records[from_records["kind"] == "run"]
+    assert len(runs) == 9 and runs["config_digest"].str.fullmatch(r"[0-9a-f]{12}").all()
+    assert set(runs["commit"]) == {"c0ffee" * 6 + "abcd"}
+    a = summarize(from_folders, reps=200)
+    b = summarize(from_records, reps=200)
+    for name in ("methods", "curves"):
+        pd.testing.assert_frame_equal(a[name], b[name], check_dtype=False)
+
+
+def test_new_runs_render_against_committed_records_with_labels_over_both(published, tmp_path):
+    _, records = published
+    mine = tmp_path / "mine"
+    for seed in range(3):
+        make_run(mine, f"mymethod-s{seed}", "dapo", seed, rollout={"group_size": 4})
+    make_run(mine, "grpo-s0", "grpo", 0)  # a re-run of a committed run: counted once
+    out = tmp_path / "board"
+    paths = render([records, mine], out, reps=50)
+    table = pd.read_csv(paths["runs_csv"])
+    runs = table[table["kind"] == "run"]
+    assert len(runs) == 9 + 3
+    # The group size differs only in the new runs, so it becomes their setting label.
+    assert set(runs.loc[runs["run"].str.startswith("mymethod"), "setting"]) == {
+        "rollout.group_size=4"
+    }
+    assert set(runs.loc[~runs["run"].str.startswith("mymethod"), "setting"]) == {
+        "rollout.group_size=8"
+    }
+    text = paths["markdown"].read_text()
+    assert "duplicate of grpo-s0" in text
+    assert "rollout.group_size=4" in text
+
+
+def test_the_cli_renders_a_runs_csv_with_new_folders_and_needs_out_for_a_file(
+    published, tmp_path, capsys
+):
+    _, records = published
+    mine = tmp_path / "mine"
+    make_run(mine, "rloo-s0", "rloo", 0)
+    out = tmp_path / "board"
+    assert cli_main(["leaderboard", str(records), str(mine), "--out", str(out), "--reps", "20"]) == 0
+    assert "rloo" in (out / "leaderboard.md").read_text()
+    capsys.readouterr()
+    assert cli_main(["leaderboard", str(records)]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda f: f.drop(columns=["config"]), r"no column config"),
+        (lambda f: f.assign(kind=f["kind"].replace({"eval": "evaluation"})), r":2: kind"),
+        (lambda f: f.assign(config=f["config"].str.replace('"seed":', '"seed_":')), r"config says"),
+        (lambda f: f.assign(config=f["config"].str.replace("{", "[", n=1)), r"not a JSON object"),
+        (
+            lambda f: f.assign(config=f["config"].str.replace('"lr":', '"lr": 1, "x":')),
+            r"config_digest",
+        ),
+        (lambda f: f[f["kind"] == "run"], r"has no evaluation rows"),
+        (lambda f: f[f["kind"] == "eval"], r"no run row"),
+    ],
+)
+def test_a_malformed_runs_csv_is_one_error_naming_the_file_and_nothing_is_written(
+    published, tmp_path, edit, message
+):
+    _, records = published
+    broken = tmp_path / "broken.csv"
+    edit(pd.read_csv(records)).to_csv(broken, index=False)
+    out = tmp_path / "board"
+    with pytest.raises(LeaderboardError, match=message) as caught:
+        render(broken, out, reps=20)
+    assert str(broken) in str(caught.value)
+    assert not out.exists()

@@ -59,7 +59,8 @@ def make_run(
                 "flops": 1e9 * step,
                 "reward_mean": 0.4,
                 "entropy": 1.0,
-                "filler_entropy": 1.35 + FILLER_DRIFT.get(method, -0.1) * (step - 1) / (n_steps - 1),
+                "filler_entropy": 1.35
+                + FILLER_DRIFT.get(method, -0.1) * (step - 1) / (n_steps - 1),
                 "credit_precision": CREDIT_AUROC.get(method, 0.55) - 0.3,
                 "credit_auroc": CREDIT_AUROC.get(method, 0.55),
                 "credit_chance": 0.1,

@@ -65,7 +65,9 @@ def test_the_cli_renders_a_runs_csv_with_new_folders_and_needs_out_for_a_file(
     mine = tmp_path / "mine"
     make_run(mine, "rloo-s0", "rloo", 0)
     out = tmp_path / "board"
-    assert cli_main(["leaderboard", str(records), str(mine), "--out", str(out), "--reps", "20"]) == 0
+    assert (
+        cli_main(["leaderboard", str(records), str(mine), "--out", str(out), "--reps", "20"]) == 0
+    )
     assert "rloo" in (out / "leaderboard.md").read_text()
     capsys.readouterr()
     assert cli_main(["leaderboard", str(records)]) == 2

@@ -33,3 +33,16 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def _fixed_torch_seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def nano_policy(tmp_path_factory):
+    """A freshly initialised "nano" policy with the 2-step chain's character tokenizer: the
+    smallest model the trainer runs, for tests of the loop rather than of learning."""
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.tasks import get_task
+
+    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
+    path = tmp_path_factory.mktemp("policy") / "nano"
+    return save_policy(build_model("nano", tokenizer, seed=0), tokenizer, path)

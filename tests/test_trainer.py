@@ -78,17 +78,6 @@ def test_methods():
     _REGISTRY.pop(BLIND_METHOD, None)
 
 
-@pytest.fixture(scope="module")
-def nano_policy(tmp_path_factory) -> Path:
-    from creditbench.harness.models.bootstrap import task_alphabet
-    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
-    from creditbench.harness.tasks import get_task
-
-    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
-    path = tmp_path_factory.mktemp("policy") / "nano"
-    return save_policy(build_model("nano", tokenizer, seed=0), tokenizer, path)
-
-
 def overrides(policy: Path, *extra: str) -> list[str]:
     return [
         TASK,
@@ -196,6 +185,9 @@ def test_kill_and_resume_matches_an_uninterrupted_run(test_methods, nano_policy,
     assert without_time(RunDir(killed).read_metrics()) == without_time(
         RunDir(tmp_path / "reference").read_metrics()
     )
+    # the responses logged for `creditbench explain` resume as the metrics do
+    logged = RunDir(tmp_path / "reference").read_responses()
+    assert logged and RunDir(killed).read_responses() == logged
     summary = RunDir(killed).read_summary()
     assert {k: v for k, v in summary.items() if k not in ("time", "run_name")} == {
         k: v for k, v in reference.items() if k not in ("time", "run_name")

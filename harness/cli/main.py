@@ -11,6 +11,7 @@ from creditbench.harness.cli.bootstrap import add_bootstrap_commands
 from creditbench.harness.cli.common import usage_error
 from creditbench.harness.cli.data import add_data_commands
 from creditbench.harness.cli.eval import add_eval_command
+from creditbench.harness.cli.explain import add_explain_command
 from creditbench.harness.cli.leaderboard import add_leaderboard_commands
 from creditbench.harness.cli.methods import add_method_commands
 from creditbench.harness.cli.reproduce import add_reproduce_commands
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_command(sub)
     add_bench_commands(sub)
     add_leaderboard_commands(sub)
+    add_explain_command(sub)
     add_reproduce_commands(sub)
     return parser
 

@@ -5,6 +5,8 @@ Layout of ``runs/<name>/``::
     config.yaml            the resolved config (written once; a different config is refused)
     environment.json       package versions, git commit, device
     metrics.jsonl          one JSON record per line, each carrying an integer "step"
+    responses.jsonl        per evaluation, the responses of the batch trained on just before
+                           it with their token advantages (``creditbench explain``)
     checkpoints/step-000120/
         model.safetensors, config.json, tokenizer files   (save_pretrained)
         optimizer.pt       torch.save of the optimizer state dict
@@ -101,6 +103,7 @@ class RunDir:
         self.config_path = self.path / "config.yaml"
         self.environment_path = self.path / "environment.json"
         self.metrics_path = self.path / "metrics.jsonl"
+        self.responses_path = self.path / "responses.jsonl"
         self.summary_path = self.path / "summary.json"
         self.checkpoints_path = self.path / "checkpoints"
         self.tensorboard_path = self.path / "tensorboard"
@@ -151,10 +154,11 @@ class RunDir:
 
     # --- metrics -----------------------------------------------------------------------------
 
-    def _drop_torn_tail(self) -> None:
+    @staticmethod
+    def _drop_torn_tail(path: Path) -> None:
         """Cut a last line left without its newline by a crash mid-append."""
         try:
-            with open(self.metrics_path, "rb+") as f:
+            with open(path, "rb+") as f:
                 size = f.seek(0, os.SEEK_END)
                 if size == 0:
                     return
@@ -169,22 +173,37 @@ class RunDir:
         except FileNotFoundError:
             return
 
-    def append_metrics(self, record: dict[str, Any]) -> None:
-        """Append one record (it must carry an integer ``"step"``) as one whole line, fsynced."""
+    def _append_line(self, path: Path, record: dict[str, Any]) -> None:
         if not isinstance(record.get("step"), int):
-            raise ValueError("a metrics record needs an integer 'step'")
+            raise ValueError(f"a {path.name} record needs an integer 'step'")
         line = (json.dumps(record) + "\n").encode("utf-8")
         self.path.mkdir(parents=True, exist_ok=True)
-        self._drop_torn_tail()
-        fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._drop_torn_tail(path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             written = os.write(fd, line)
             if written != len(line):  # a short write is a torn line: cut it now
                 os.ftruncate(fd, os.fstat(fd).st_size - written)
-                raise OSError(f"short write to {self.metrics_path}")
+                raise OSError(f"short write to {path}")
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        """Append one record (it must carry an integer ``"step"``) as one whole line, fsynced."""
+        self._append_line(self.metrics_path, record)
+
+    def append_responses(self, record: dict[str, Any]) -> None:
+        """Append one ``{"step": N, "responses": [...]}`` record to responses.jsonl, as
+        :meth:`append_metrics` appends (see :mod:`harness.diagnostics.explain`)."""
+        self._append_line(self.responses_path, record)
+
+    def read_responses(self) -> list[dict[str, Any]]:
+        """Every complete responses.jsonl record, in order (none when the run logged none)."""
+        try:
+            return [record for _, record in read_metric_lines(self.responses_path)]
+        except RunFormatError as err:
+            raise RunDirError(str(err)) from None
 
     def _metric_lines(self) -> list[tuple[str, dict[str, Any]]]:
         try:
@@ -197,9 +216,17 @@ class RunDir:
         return [record for _, record in self._metric_lines()]
 
     def truncate_metrics(self, after_step: int) -> None:
-        """Keep only the records with ``step <= after_step`` (on resume), atomically."""
+        """Keep only the records with ``step <= after_step`` (on resume), atomically, in
+        metrics.jsonl and responses.jsonl."""
         kept = [line for line, record in self._metric_lines() if record["step"] <= after_step]
         atomic_write_text(self.metrics_path, "".join(line + "\n" for line in kept))
+        if self.responses_path.exists():
+            try:
+                lines = read_metric_lines(self.responses_path)
+            except RunFormatError as err:
+                raise RunDirError(str(err)) from None
+            kept = [line for line, record in lines if record["step"] <= after_step]
+            atomic_write_text(self.responses_path, "".join(line + "\n" for line in kept))
 
     # --- checkpoints -------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from creditbench.harness.config import ConfigError, RunConfig, from_dict, resolve_run, to_dict
+from creditbench.harness.diagnostics.explain import response_samples
 from creditbench.harness.diagnostics.step import batch_statistics, step_diagnostics
 from creditbench.harness.records.rundir import (
     MetricsLogger,
@@ -141,6 +142,8 @@ class Trainer:
                     not self.evals or self.evals[-1]["step"] != self.step
                 ):
                     self._evaluate(logger, [1.0])
+                if self.evals and self.evals[-1]["step"] == self.step:
+                    self._log_responses()
                 if self.step % self.config.checkpoint_every == 0 or self.meter.exhausted():
                     self._checkpoint()
             summary = self._summary(started)
@@ -154,12 +157,7 @@ class Trainer:
         another method's step on the same models (``creditbench perf``); default the run's."""
         method = method or self.method
         services, meter = self.services, self.meter
-        services.begin_step(
-            self.step,
-            defer_behaviour=self._behaviour_from_update(method),
-            reference_method=type(method).reference,
-            behaviour_entropy=type(method).needs_behaviour_entropy,
-        )
+        self._begin_step(method)
         seconds_before = dict(services.seconds)
         timing: dict[str, float] = {}
         with meter.clock():
@@ -170,13 +168,8 @@ class Trainer:
             advantages = method.advantages(batch, services)
             t2 = time.perf_counter()
             extra_passes = sum(services.seconds.values()) - inner
-            name = method.name or type(method).__name__
-            if advantages.shape != batch.response_mask.shape:
-                raise ValueError(
-                    f"method {name!r}: advantages have shape {tuple(advantages.shape)}, "
-                    f"expected {tuple(batch.response_mask.shape)}"
-                )
-            check_finite(advantages, "advantage tensor", name, self.step + 1)
+            self._check_advantages(method, batch, advantages)
+            self.last_credit = (batch, advantages)
             stats = self.update(method, batch, advantages)
             services.batches.defer_behaviour = False  # a batch outside a step gets scored
             t3 = time.perf_counter()
@@ -194,6 +187,33 @@ class Trainer:
         if meter.reference["flops"]:  # a reference method's uncharged passes, wall clock
             timing["reference_seconds"] = meter.reference["seconds"]
         return self._step_record(method, batch, advantages, stats, timing)
+
+    def credit_step(self, method: CreditMethod | None = None) -> tuple[RolloutBatch, torch.Tensor]:
+        """The rollout and advantages of the next step, with no update (``creditbench
+        explain``): what ``method`` (default the run's) would train on and with what credit."""
+        method = method or self.method
+        self._begin_step(method)
+        batch = method.rollout(self.services)
+        advantages = method.advantages(batch, self.services)
+        self._check_advantages(method, batch, advantages)
+        return batch, advantages
+
+    def _begin_step(self, method: CreditMethod) -> None:
+        self.services.begin_step(
+            self.step,
+            defer_behaviour=self._behaviour_from_update(method),
+            reference_method=type(method).reference,
+            behaviour_entropy=type(method).needs_behaviour_entropy,
+        )
+
+    def _check_advantages(self, method: CreditMethod, batch: RolloutBatch, advantages) -> None:
+        name = method.name or type(method).__name__
+        if advantages.shape != batch.response_mask.shape:
+            raise ValueError(
+                f"method {name!r}: advantages have shape {tuple(advantages.shape)}, "
+                f"expected {tuple(batch.response_mask.shape)}"
+            )
+        check_finite(advantages, "advantage tensor", name, self.step + 1)
 
     def _behaviour_from_update(self, method: CreditMethod) -> bool:
         """Whether this step's update gives the behaviour log-probs (see ``TrainConfig``)."""
@@ -273,6 +293,12 @@ class Trainer:
             entry["step"] = self.step
             self.evals.append(entry)
             logger.log({"step": self.step, "eval": entry, "time": {"eval": seconds}})
+
+    def _log_responses(self) -> None:
+        """The responses of the batch just trained on, with their advantages, for ``explain``."""
+        batch, advantages = self.last_credit
+        samples = response_samples(batch, advantages, self.tokenizer)
+        self.run_dir.append_responses({"step": self.step, "responses": samples})
 
     def _trainer_state(self) -> dict[str, Any]:
         return {"step": self.step, "meter": self.meter.state_dict(), "evals": self.evals}

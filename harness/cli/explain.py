@@ -1,0 +1,109 @@
+"""``creditbench explain``: token-level credit drawn as coloured text (HTML and PNG).
+
+- ``creditbench explain RUN --step N``: the responses a run logged at step N (the batch it
+  trained on just before an evaluation, ``RUN/responses.jsonl``), coloured by its advantages;
+- ``creditbench explain --methods grpo,oracle,oppo``: a few failed responses of one fresh
+  testbed batch (the config's base policy, batch shape and seed; ``--set`` as for ``train``),
+  every named method's advantages side by side on the same responses.
+
+Writes ``credit.html`` and ``credit.png`` into ``--out`` (default: ``RUN/explain`` for a run,
+``explain`` otherwise) and prints their paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from creditbench.harness.cli.common import (
+    add_set_option,
+    quiet_transformers,
+    set_threads,
+    usage_error,
+)
+
+
+def _write(out: Path, responses, columns, title) -> None:
+    from creditbench.leaderboard.explain import credit_html, credit_png
+    from creditbench.leaderboard.files import atomic_write_bytes, atomic_write_text
+
+    page, picture = credit_html(responses, columns, title), credit_png(responses, columns, title)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "credit.html", page)
+    atomic_write_bytes(out / "credit.png", picture)
+    print(out / "credit.html")
+    print(out / "credit.png")
+
+
+def _explain_run(args: argparse.Namespace) -> int:
+    from creditbench.harness.records.rundir import RunDir, RunDirError
+    from creditbench.leaderboard.explain import run_panels
+
+    run = RunDir(args.run)
+    if not run.exists():
+        return usage_error("explain", f"RUN: {args.run} holds no run (no config.yaml)")
+    try:
+        records = run.read_responses()
+    except RunDirError as err:
+        return usage_error("explain", str(err))
+    logged = [r["step"] for r in records]
+    if not logged:
+        return usage_error("explain", f"RUN: {args.run} logged no responses (responses.jsonl)")
+    step = args.step if args.step is not None else logged[-1]
+    if step not in logged:
+        steps = ", ".join(map(str, logged))
+        return usage_error("explain", f"--step: {step} was not logged; logged steps: {steps}")
+    record = records[logged.index(step)]
+    method = run.config().get("method", "run")
+    title = f"{Path(args.run).name}: step {step}, {method}'s token advantages"
+    _write(Path(args.out or run.path / "explain"), run_panels(record, method), [method], title)
+    return 0
+
+
+def _explain_methods(args: argparse.Namespace) -> int:
+    from creditbench.harness.config import ConfigError, load_config
+    from creditbench.harness.diagnostics.explain import explain_methods
+    from creditbench.leaderboard.explain import side_by_side
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        return usage_error("explain", "--methods: name at least one method")
+    if args.responses < 1:
+        return usage_error("explain", f"--responses: must be >= 1 (got {args.responses})")
+    try:
+        config = load_config(None, [f"method={methods[0]}", *args.overrides], resolve=False)
+        samples = explain_methods(config, methods)
+    except ConfigError as err:
+        return usage_error("explain", str(err))
+    responses = side_by_side(samples, args.responses)
+    if not responses:
+        return usage_error(
+            "explain", f"{methods[0]}'s batch has no failed response with a wrong step"
+        )
+    title = f"Token credit on {config.task}, seed {config.seed}: {', '.join(methods)}"
+    _write(Path(args.out or "explain"), responses, methods, title)
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    set_threads(args.threads)
+    quiet_transformers()
+    if (args.run is None) == (args.methods is None):
+        return usage_error("explain", "give a RUN directory or --methods, not both")
+    if args.run is not None and args.overrides:
+        return usage_error("explain", "--set: only with --methods (a run has its own config)")
+    return _explain_run(args) if args.run is not None else _explain_methods(args)
+
+
+def add_explain_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "explain", help="draw token-level credit as coloured text (a run's step, or methods)"
+    )
+    p.add_argument("run", nargs="?", help="a run directory that logged responses.jsonl")
+    p.add_argument("--step", type=int, help="the logged step to draw (default: the last)")
+    p.add_argument("--methods", help="comma-separated methods, side by side on one fresh batch")
+    p.add_argument("--responses", type=int, default=3, help="failed responses to draw (default 3)")
+    add_set_option(p)
+    p.add_argument("--out", help="where to write credit.html and credit.png")
+    p.add_argument("--threads", type=int)
+    p.set_defaults(func=_cmd_explain)

@@ -338,7 +338,9 @@ def render(
     out = Path(out_dir) if out_dir is not None else paths_in[0]
     name = out.resolve().name
     finished = set(table.loc[table["kind"] == "run", "run"])
-    coverage = [s for p in paths_in if p.is_dir() for s in suite_coverage(p, finished)]
+    # A suite's manifest lies in its results folder, or next to the runs.csv committed from it.
+    folders = dict.fromkeys(p if p.is_dir() else p.parent for p in paths_in)
+    coverage = [s for folder in folders for s in suite_coverage(folder, finished)]
     blocks = build_blocks(name, stats, papers, warnings, figures, n_runs, coverage)
     blocks.append(("h2", "Provenance"))
     blocks.append(("p", provenance(table)))

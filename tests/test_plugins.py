@@ -272,3 +272,59 @@ def test_conformance_asks_for_the_test_extra_without_hypothesis(monkeypatch, cap
 def test_conformance_refuses_a_bad_number_of_examples(capsys) -> None:
     assert main(["conformance", "grpo", "--max-examples", "0"]) == 2
     assert "--max-examples: must be >= 1 (got 0)" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# The contributor's flow: a new method against committed records
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # four tiny runs in subprocesses: about a minute
+def test_a_new_method_is_compared_against_committed_records_without_rerunning_them(
+    site: Path, nano_policy: Path, tmp_path: Path
+) -> None:
+    """docs/contributing.md section 5 with a tiny budget: GRPO's runs are published as
+    records; the contributor runs only the plugin's runs and renders both together."""
+    import pandas as pd
+
+    names, _ = install_walkthrough(site)
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(
+        textwrap.dedent(
+            f"""\
+            methods: [grpo, {names[0]}]
+            seeds: [0, 1]
+            tasks:
+              - name: chain
+                options: {{steps: 2, train_size: 64, eval_size: 8}}
+            settings:
+              model.path: {str(nano_policy)!r}
+              rollout.prompts_per_step: 2
+              rollout.group_size: 4
+              rollout.max_new_tokens: 16
+              budget.eval_fractions: [0.0, 1.0]
+              eval.n_problems: 4
+              eval.k_samples: 1
+            budget: {{unit: steps, amount: 2}}
+            """
+        )
+    )
+    published, mine = tmp_path / "published", tmp_path / "mine"
+    common = ["--suite", str(suite), "--workers", "1", "--threads", "1"]
+    result = run_cli("bench", *common, "--results", str(published), "--only", "*-grpo-*", site=site)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = published / "runs.csv"
+    assert records.is_file()  # bench ends with the leaderboard, which writes the records
+    only = f"*-{names[0]}-*"
+    result = run_cli("bench", *common, "--results", str(mine), "--only", only, site=site)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not any(p.name.startswith("chain-grpo") for p in mine.iterdir())  # nothing re-run
+    board = tmp_path / "board"
+    result = run_cli("leaderboard", str(records), str(mine), "--out", str(board), site=site)
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = pd.read_csv(board / "runs.csv")
+    runs = runs[runs["kind"] == "run"]
+    assert sorted(runs["method"]) == sorted(["grpo", "grpo", names[0], names[0]])
+    assert set(runs["setting"]) == {"default"}  # one config: compared as one setting
+    page = (board / "leaderboard.md").read_text()
+    assert f"| {names[0]} | 2 |" in page

@@ -100,3 +100,22 @@ def test_a_malformed_runs_csv_is_one_error_naming_the_file_and_nothing_is_writte
         render(broken, out, reps=20)
     assert str(broken) in str(caught.value)
     assert not out.exists()
+
+
+def test_a_suite_manifest_next_to_a_runs_csv_still_says_how_much_of_the_suite_it_holds(
+    published, tmp_path
+):
+    import json
+
+    _, records = published
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    (snapshot / "runs.csv").write_bytes(records.read_bytes())
+    runs = [
+        {"name": f"{m}-s{s}", "setting": "chain"}
+        for m in ("grpo", "dapo", "oracle", "rloo")
+        for s in range(3)
+    ]
+    (snapshot / "suite-demo.json").write_text(json.dumps({"suite": "demo", "runs": runs}))
+    md = render(snapshot / "runs.csv", tmp_path / "board", reps=20)["markdown"].read_text()
+    assert "Suite demo: 9 of 12 runs finished" in md

@@ -310,3 +310,37 @@ def credit_vs_gain(methods: pd.DataFrame) -> bytes | None:
     if len(groups) > 1:
         ax.legend(fontsize=7, loc="best")
     return _png(fig)
+
+
+def gain_overview(methods: pd.DataFrame) -> bytes | None:
+    """The headline: AUC gain over GRPO per method with its 95% interval, one panel per setting,
+    each panel sorted best first, oracle credit (the reference) hollow and grey."""
+    from .verdict import by_gain
+
+    if "gain_auc" not in methods:
+        return None
+    groups = [(k, f) for k, f in ordered_groups(methods) if f["gain_auc"].notna().any()]
+    if not groups:
+        return None
+    rows = max(len(f) for _, f in groups)
+    fig, axes = _figure(len(groups), width=3.6, height=max(2.4, 0.22 * rows + 1.2), columns=4)
+    style = _style(list(methods["method"].unique()))
+    low = float(methods["gain_auc_low"].min())
+    high = float(methods["gain_auc_high"].max())
+    for ax, (key, frame) in zip(axes, groups, strict=True):
+        ordered = by_gain(frame[frame["method"] != BASELINE])[::-1]
+        for i, row in enumerate(ordered.itertuples()):
+            oracle = row.method == ORACLE
+            color = "0.45" if oracle else style[row.method]["color"]
+            ax.plot([row.gain_auc_low, row.gain_auc_high], [i, i], color=color, lw=2.2, alpha=0.6)
+            face = "white" if oracle else color
+            ax.plot([row.gain_auc], [i], "o", color=color, markersize=5, markerfacecolor=face)
+        ax.axvline(0.0, color="black", linewidth=1)
+        labels = [f"{m} (ref.)" if m == ORACLE else m for m in ordered["method"]]
+        ax.set_yticks(np.arange(len(ordered)), labels, fontsize=7)
+        ax.set_xlim(low - 0.01, high + 0.01)
+        ax.set_title(group_title(key), fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(alpha=0.3, axis="x")
+    fig.supxlabel("AUC gain over GRPO (mean difference over seeds, 95% interval)", fontsize=8)
+    return _png(fig)

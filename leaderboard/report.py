@@ -6,11 +6,13 @@
   over GRPO as a forest plot, the accuracy table sorted by the AUC gain (:mod:`.tables`), the
   curves of GRPO, oracle credit, the best and the worst method, every method in a small panel
   against GRPO, the credit diagnostics table and the numbers reported by the papers where the
-  task matches; then the figures across settings and the skipped runs;
+  task matches; then the figures across settings (the AUC gains of every setting side by side,
+  credit precision against gain) and the skipped runs;
 - ``leaderboard.csv``: the statistics, one row per task, options, setting and method;
 - ``runs.csv``: the tidy table of every collected run (:func:`leaderboard.collect.collect_runs`);
 - per setting ``gain_forest-<setting>.png``, ``curves-<setting>.png`` and
-  ``multiples-<setting>.png``; across settings ``credit_vs_gain.png`` and ``credit.png`` (when
+  ``multiples-<setting>.png``; across settings ``gain_overview.png``, ``credit_vs_gain.png``
+  and ``credit.png`` (when
   the runs log credit diagnostics), ``gain_vs_length.png`` (when runs with several chain
   lengths exist);
 - ``leaderboard.html``: the same content in one self-contained page, the plots embedded as
@@ -164,6 +166,7 @@ def build_blocks(
             blocks.append(("table", *paper_table(frame, matching)))
     blocks.append(("h2", "Across settings"))
     captions = {
+        "gain_overview": "AUC gain over GRPO per method and setting (95% intervals)",
         "credit_vs_gain": "Does better credit placement buy faster learning? Credit precision "
         "against AUC gain over GRPO, per method and setting (95% intervals)",
         "credit": "Credit diagnostics: precision, AUROC, filler entropy drift",
@@ -329,6 +332,7 @@ def render(
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     drawn = {
+        "gain_overview": plots.gain_overview(stats["methods"]),
         "credit_vs_gain": plots.credit_vs_gain(stats["methods"]),
         "credit": plots.credit_chart(stats["methods"]),
         "gain_vs_length": plots.gain_vs_length(stats["methods"]),

@@ -211,8 +211,8 @@ def to_markdown(blocks: list[tuple]) -> str:
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em;
        color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; width: 100%; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.5em; text-align: left; overflow-wrap: anywhere; }
 th { background: #f3f3f3; }
 figure { margin: 1em 0; } img { max-width: 100%; }
 p { line-height: 1.45; }
@@ -297,8 +297,11 @@ def render(
     out_dir: str | Path | None = None,
     *,
     reps: int = 2000,
+    records_only: bool = False,
 ) -> dict[str, Path]:
     """Write the leaderboard of ``sources``; returns ``{name: path}`` of every file written.
+    With ``records_only``, only ``runs.csv`` (the records of a folder whose pages come from
+    elsewhere, such as ``creditbench validate``'s report).
 
     ``sources`` is a results directory, a committed ``runs.csv`` (:mod:`.records`) or several of
     either; ``out_dir`` defaults to the first source when it is a directory. Names:
@@ -326,6 +329,11 @@ def render(
     if n_runs == 0:
         detail = f"; skipped: {'; '.join(warnings[:5])}" if warnings else ""
         raise LeaderboardError(f"{where}: holds no finished run{detail}")
+    out = Path(out_dir) if out_dir is not None else paths_in[0]
+    if records_only:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "runs.csv", table.to_csv(index=False))
+        return {"runs_csv": out / "runs.csv"}
     stats = summarize(table, reps=reps)
     papers, paper_warnings = reported_results(set(stats["methods"]["task"]))
     warnings = warnings + paper_warnings
@@ -339,7 +347,6 @@ def render(
     }
     figures = setting_figures(stats)
     figures.update({name: png for name, png in drawn.items() if png is not None})
-    out = Path(out_dir) if out_dir is not None else paths_in[0]
     name = out.resolve().name
     finished = set(table.loc[table["kind"] == "run", "run"])
     # A suite's manifest lies in its results folder, or next to the runs.csv committed from it.

@@ -119,3 +119,17 @@ def test_a_suite_manifest_next_to_a_runs_csv_still_says_how_much_of_the_suite_it
     (snapshot / "suite-demo.json").write_text(json.dumps({"suite": "demo", "runs": runs}))
     md = render(snapshot / "runs.csv", tmp_path / "board", reps=20)["markdown"].read_text()
     assert "Suite demo: 9 of 12 runs finished" in md
+
+
+def test_records_only_writes_just_runs_csv_and_validate_reads_it_as_it_reads_the_folder(
+    published, tmp_path
+):
+    folder, _ = published
+    out = tmp_path / "records"
+    assert cli_main(["leaderboard", str(folder), "--out", str(out), "--records-only"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["runs.csv"]
+    argv = ["validate", "--report-only", "--reps", "50", "--results"]
+    assert cli_main([*argv, str(folder)]) == 0
+    assert cli_main([*argv, str(out / "runs.csv")]) == 0
+    assert (out / "validation.md").read_text() == (folder / "validation.md").read_text()
+    assert "oracle" in (out / "validation.md").read_text()

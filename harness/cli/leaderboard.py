@@ -18,10 +18,10 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     if args.reps < 1:
         return usage_error("leaderboard", f"--reps: must be >= 1 (got {args.reps})")
     try:
-        paths = render(args.sources, args.out, reps=args.reps)
+        paths = render(args.sources, args.out, reps=args.reps, records_only=args.records_only)
     except LeaderboardError as err:
         return usage_error("leaderboard", str(err))
-    for name in ("markdown", "csv", "html"):
+    for name in ("runs_csv",) if args.records_only else ("markdown", "csv", "html"):
         print(paths[name])
     return 0
 
@@ -30,12 +30,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from creditbench.harness.bench import SuiteError, run_suite, suite_path
+    from creditbench.leaderboard.files import RunFormatError, atomic_write_text
     from creditbench.leaderboard.validation import validation_report
 
     results = Path(args.results or "runs/bench-validation")
     if args.report_only:
-        if not results.is_dir():
-            return usage_error("validate", f"--results: {results} is not a folder")
+        if not results.is_dir() and not (results.is_file() and results.suffix == ".csv"):
+            return usage_error(
+                "validate", f"--results: {results} is neither a folder nor a runs.csv"
+            )
     else:
         try:
             suite_path(args.suite)
@@ -44,10 +47,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             return usage_error("validate", str(err))
         if code != 0:
             print("creditbench validate: some runs failed; the report covers the finished ones")
-    report, table = validation_report(results, reps=args.reps)
-    (results / "validation.md").write_text(report, encoding="utf-8")
+    try:
+        report, table = validation_report(results, reps=args.reps)
+    except RunFormatError as err:
+        return usage_error("validate", str(err))
+    folder = results if results.is_dir() else results.parent  # beside a runs.csv
+    atomic_write_text(folder / "validation.md", report)
     if table:
-        (results / "validation.csv").write_text(table, encoding="utf-8")
+        atomic_write_text(folder / "validation.csv", table)
     print(report)
     return 0
 
@@ -71,13 +78,19 @@ def add_leaderboard_commands(subparsers) -> None:
     p.add_argument(
         "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
     )
+    p.add_argument(
+        "--records-only", action="store_true", help="write only runs.csv, the runs' records"
+    )
     p.set_defaults(func=_cmd_leaderboard)
 
     p = subparsers.add_parser(
         "validate", help="oracle credit against GRPO on the testbed: run the sweep, report the gap"
     )
     p.add_argument("--suite", default="validation", help="the sweep (default: validation)")
-    p.add_argument("--results", help="results folder (default: runs/bench-validation)")
+    p.add_argument(
+        "--results",
+        help="results folder (default: runs/bench-validation); with --report-only also a runs.csv",
+    )
     p.add_argument("--workers", type=int, help="parallel runs (default: sized to the machine)")
     p.add_argument(
         "--report-only", action="store_true", help="only write the report of finished runs"

@@ -1,0 +1,118 @@
+"""Pages in a real browser: Debian's headless Chromium driven by Playwright, at 1280 px.
+
+:func:`check_pages` serves a folder on localhost, opens each page, waits for it (and MathJax)
+to settle, takes a full-page screenshot and reports what a reader would see broken: a table
+wider than its container (a horizontal scrollbar), an image that did not load, equations left
+as raw TeX, and any request that left localhost.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+WIDTH = 1280
+CHROMIUM_ARGS = [  # as root, and on a machine whose network is closed
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+MEASURE = """() => {
+  const wide = [];
+  // Material wraps a table in a scrolling box (which bleeds into the margins by design):
+  // that box must not scroll. A bare table must not be wider than its container.
+  for (const el of document.querySelectorAll('.md-typeset__scrollwrap')) {
+    if (el.scrollWidth > el.clientWidth + 1) {
+      wide.push(`${el.scrollWidth}px in ${el.clientWidth}px: ` + el.innerText.slice(0, 50));
+    }
+  }
+  for (const el of document.querySelectorAll('table')) {
+    if (el.closest('.md-typeset__scrollwrap')) continue;
+    const room = el.parentElement.clientWidth;
+    const width = Math.max(el.scrollWidth, el.getBoundingClientRect().width);
+    if (width > room + 1) {
+      wide.push(`${Math.round(width)}px in ${room}px: ` + el.innerText.slice(0, 50));
+    }
+  }
+  if (document.documentElement.scrollWidth > window.innerWidth + 1) {
+    wide.push(`the page itself: ${document.documentElement.scrollWidth}px`);
+  }
+  const broken = [...document.images]
+    .filter(img => !(img.complete && img.naturalWidth > 0))
+    .map(img => img.getAttribute('src').slice(0, 80));
+  const tex = document.querySelectorAll('.arithmatex').length;
+  const typeset = document.querySelectorAll('.arithmatex mjx-container').length;
+  return {wide, broken, tex, typeset};
+}"""
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@contextmanager
+def served(folder: Path) -> Iterator[str]:
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # noqa: D102 - no access log in test output
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+
+
+def check_pages(folder: Path, pages: list[str], shots: Path, *, allowed_hosts=()) -> list[str]:
+    """Every problem found on ``pages`` (paths under ``folder``), one line each; screenshots
+    of each page into ``shots``."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+
+    problems: list[str] = []
+    shots.mkdir(parents=True, exist_ok=True)
+    with served(folder) as base, sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+        outside: list[str] = []
+
+        def on_request(request) -> None:
+            url = request.url
+            if not url.startswith((base, "data:")) and not any(h in url for h in allowed_hosts):
+                outside.append(url)
+
+        page.on("request", on_request)
+        for rel in pages:
+            page.goto(base + rel, wait_until="load")
+            page.wait_for_timeout(200)
+            if page.evaluate("document.querySelectorAll('.arithmatex').length"):
+                try:  # MathJax typesets after load; a page without it never does
+                    page.wait_for_function(
+                        "document.querySelectorAll('.arithmatex mjx-container').length"
+                        " === document.querySelectorAll('.arithmatex').length",
+                        timeout=15_000,
+                    )
+                except PlaywrightTimeout:
+                    pass  # counted below as equations not typeset
+            found = page.evaluate(MEASURE)
+            name = rel.strip("/").replace("/", "_") or "home"
+            page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+            problems += [f"{rel}: table overflows, {w}" for w in found["wide"]]
+            problems += [f"{rel}: image did not load: {src}" for src in found["broken"]]
+            if found["typeset"] < found["tex"]:
+                problems.append(f"{rel}: {found['tex'] - found['typeset']} equations not typeset")
+        browser.close()
+    problems += [f"request outside localhost: {url}" for url in sorted(set(outside))]
+    return problems

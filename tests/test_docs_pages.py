@@ -1,0 +1,56 @@
+"""The built docs in a real browser: every page at 1280 px, tables that fit, images that load,
+equations typeset by the MathJax the build ships (no CDN), nothing fetched from elsewhere."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from browser import check_pages, chromium
+
+ROOT = Path(__file__).resolve().parents[1]
+# Material's header asks GitHub for the repository's star count; offline the request fails and
+# the page is the same, so it is the one request to another host that is not a fault.
+ALLOWED_HOSTS = ("api.github.com",)
+
+
+@pytest.mark.slow  # builds the whole site (half a minute) and opens every page
+@pytest.mark.skipif(chromium() is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_every_docs_page_fits_1280px_loads_its_images_and_typesets_its_math(tmp_path):
+    site = tmp_path / "site"
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr
+    assert (site / "assets" / "mathjax" / "tex-mml-chtml.js").is_file()
+    pages = sorted(
+        p.parent.relative_to(site).as_posix() + "/"
+        for p in site.rglob("index.html")
+        if "assets" not in p.relative_to(site).parts
+    )
+    pages = [p.removeprefix("./") for p in pages]
+    assert {"", "tutorial/", "results/quick/leaderboard/"} <= set(pages)
+    shots = Path(os.environ.get("CREDITBENCH_SCREENSHOTS") or tmp_path / "shots")
+    problems = check_pages(site, pages, shots, allowed_hosts=ALLOWED_HOSTS)
+    assert problems == [], "\n".join(problems)
+    assert len(list(shots.glob("*.png"))) == len(pages)
+
+
+@pytest.mark.skipif(chromium() is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_the_page_check_catches_an_overflowing_table_a_broken_image_and_raw_tex(tmp_path):
+    (tmp_path / "bad.html").write_text(
+        "<!DOCTYPE html><html><body style='width:600px'>"
+        f"<table><tr><td>{'x' * 400}</td></tr></table>"
+        "<img src='missing.png'><span class='arithmatex'>\\(x^2\\)</span></body></html>"
+    )
+    problems = check_pages(tmp_path, ["bad.html"], tmp_path / "shots")
+    assert any("table overflows" in p for p in problems)
+    assert any("image did not load: missing.png" in p for p in problems)
+    assert any("1 equations not typeset" in p for p in problems)

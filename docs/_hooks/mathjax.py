@@ -25,7 +25,9 @@ from mkdocs.exceptions import PluginError
 
 VERSION = "3.2.2"
 URL = f"https://registry.npmjs.org/mathjax/-/mathjax-{VERSION}.tgz"
-INTEGRITY = "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw=="
+INTEGRITY = (  # `npm view mathjax@3.2.2 dist.integrity`
+    "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw=="
+)
 ENTRY = "tex-mml-chtml.js"
 
 
@@ -73,4 +75,6 @@ def on_config(config, **kwargs):
 
 
 def on_post_build(config, **kwargs) -> None:
-    shutil.copytree(es5_folder(), Path(config["site_dir"]) / "assets" / "mathjax", dirs_exist_ok=True)
+    shutil.copytree(
+        es5_folder(), Path(config["site_dir"]) / "assets" / "mathjax", dirs_exist_ok=True
+    )

@@ -5,18 +5,12 @@ per response: the prompt, the response as one text piece per token, the token ad
 reward, and where the step checker puts the first wrong step (token indices; empty for a
 response without one). The trainer appends the samples of the batch it trained on just before
 each evaluation to the run's ``responses.jsonl`` (:meth:`RunDir.append_responses`), and
-``creditbench explain RUN --step N`` draws them.
-
-:func:`explain_methods` puts several methods side by side on the same responses: it builds each
-method's trainer on one config and seed and takes its first step's rollout and advantages
-without an update (:meth:`Trainer.credit_step`). The base policy and the seed are shared, so
-methods that sample their batch the plain way draw the same responses; a method whose rollout
-differs (resets, refills) has its own, and the picture says so.
+``creditbench explain RUN --step N`` draws them; ``harness.training.explain`` puts several
+methods side by side on one fresh batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -74,19 +68,4 @@ def response_samples(
                 "first_wrong": [i for i, w in enumerate(wrong.tolist()) if w],
             }
         )
-    return out
-
-
-def explain_methods(config, methods: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """``{method: samples of every response of its first batch}`` for each of ``methods``, all
-    on ``config`` (its task, base policy, batch shape and seed); see the module docstring."""
-    from creditbench.harness.training.trainer import Trainer
-
-    out = {}
-    for name in methods:
-        trainer = Trainer(replace(config, method=name, method_options={}))
-        trainer.build()
-        batch, advantages = trainer.credit_step()
-        rows = list(range(batch.size))
-        out[name] = response_samples(batch, advantages, trainer.tokenizer, rows=rows)
     return out

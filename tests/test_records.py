@@ -133,3 +133,25 @@ def test_records_only_writes_just_runs_csv_and_validate_reads_it_as_it_reads_the
     assert cli_main([*argv, str(out / "runs.csv")]) == 0
     assert (out / "validation.md").read_text() == (folder / "validation.md").read_text()
     assert "oracle" in (out / "validation.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["validate", "--report-only", "--reps", "0", "--results", "RECORDS"],
+            "--reps: must be >= 1",
+        ),
+        (["validate", "--report-only", "--results", "NOWHERE"], "neither a folder nor a runs.csv"),
+        (["leaderboard", "NOWHERE"], "no such results directory or runs.csv"),
+    ],
+)
+def test_bad_record_arguments_are_one_line_and_exit_2(published, tmp_path, capsys, argv, message):
+    _, records = published
+    argv = [
+        str(records) if a == "RECORDS" else str(tmp_path / "x") if a == "NOWHERE" else a
+        for a in argv
+    ]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -33,6 +33,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from creditbench.leaderboard.files import RunFormatError, atomic_write_text
     from creditbench.leaderboard.validation import validation_report
 
+    if args.reps < 1:
+        return usage_error("validate", f"--reps: must be >= 1 (got {args.reps})")
     results = Path(args.results or "runs/bench-validation")
     if args.report_only:
         if not results.is_dir() and not (results.is_file() and results.suffix == ".csv"):

@@ -381,8 +381,8 @@ def test_the_leaderboard_shows_the_cancellation_ratio_with_its_interval() -> Non
         for r in rows
     ]  # fmt: skip
     methods = summarize(pd.DataFrame(rows + evals), reps=200)["methods"]
-    render_module = importlib.import_module("creditbench.leaderboard.report")
-    headers, table = render_module._credit_table(methods)
-    column = headers.index("shared-prefix gradient, net / rest [95% CI]")
+    tables = importlib.import_module("creditbench.leaderboard.tables")
+    headers, table = tables.credit_table(methods)
+    column = headers.index("shared-prefix gradient, net / rest")
     cells = {row[0]: row[column] for row in table}
     assert cells["grpo"].startswith("0.210 [") and cells["dfpo"].startswith("0.010 [")

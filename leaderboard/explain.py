@@ -21,6 +21,7 @@ from typing import Any
 
 NEGATIVE, POSITIVE = (0.84, 0.15, 0.16), (0.13, 0.40, 0.80)
 WIDTH = 44  # characters per line of a panel
+PANELS_PER_ROW = 6  # columns side by side; more wrap onto further rows
 
 
 def _scale(values: list[float]) -> float:
@@ -73,7 +74,8 @@ def credit_html(responses: list[dict[str, Any]], columns: list[str], title: str)
         out.append(f"<h2>Response {number}: {esc(_caption(response))}</h2>")
         out.append(f'<p class="prompt">Prompt: {esc(response["prompt"].strip())}</p>')
         out.append(
-            f'<div class="credit" style="grid-template-columns: repeat({len(columns)}, 1fr)">'
+            f'<div class="credit" style="grid-template-columns: '
+            f'repeat({min(len(columns), PANELS_PER_ROW)}, 1fr)">'
         )
         wrong = set(response["first_wrong"])
         for column in columns:
@@ -110,47 +112,60 @@ def _layout(tokens: list[str]) -> list[tuple[int, int, int, str]]:
 
 
 def credit_png(responses: list[dict[str, Any]], columns: list[str], title: str) -> bytes:
-    """The picture of :func:`credit_html` as one PNG: a row per response, a panel per column."""
+    """The picture of :func:`credit_html` as one PNG: per response its caption and a panel per
+    column, :data:`PANELS_PER_ROW` panels a row."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     char_w, line_h = 0.075, 0.19  # inches
+    per_row = min(len(columns), PANELS_PER_ROW)
+    rows_of_panels = [columns[i : i + per_row] for i in range(0, len(columns), per_row)]
     layouts = [_layout(r["tokens"]) for r in responses]
     lines = [max((c[1] for c in cells), default=0) + 1 for cells in layouts]
-    panel_w, gap, head = WIDTH * char_w, 0.25, 0.5
-    width = len(columns) * panel_w + (len(columns) + 1) * gap
-    heights = [n * line_h + head for n in lines]
+    panel_w, gap, head, caption = WIDTH * char_w, 0.25, 0.3, 0.3
+    width = per_row * panel_w + (per_row + 1) * gap
+    heights = [caption + len(rows_of_panels) * (n * line_h + head) for n in lines]
     height = sum(heights) + 0.5
     fig = Figure(figsize=(width, height), dpi=110)
     fig.text(0.5, 1 - 0.25 / height, title, ha="center", va="center", fontsize=10)
     top = height - 0.5
-    for response, cells, n_lines, h in zip(responses, layouts, lines, heights, strict=True):
-        fig.text(gap / width, (top - 0.12) / height, _caption(response), fontsize=7, va="top")
+    for response, cells, n_lines in zip(responses, layouts, lines, strict=True):
+        fig.text(gap / width, (top - 0.08) / height, _caption(response), fontsize=7, va="top")
+        top -= caption
         wrong = set(response["first_wrong"])
-        for k, column in enumerate(columns):
-            left = gap + k * (panel_w + gap)
-            ax = fig.add_axes(
-                (left / width, (top - h) / height, panel_w / width, (h - head + 0.05) / height)
-            )
-            ax.set_xlim(0, WIDTH)
-            ax.set_ylim(n_lines, 0)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            ax.set_title(column, fontsize=8, pad=2)
-            values = response["advantages"].get(column)
-            if values is None:
-                ax.text(WIDTH / 2, n_lines / 2, "not in this batch", ha="center", fontsize=7)
-                continue
-            scale = _scale(values)
-            for index, line, col, char in cells:
-                if values[index] != 0:
-                    color = _rgba(values[index], scale)
-                    ax.add_patch(Rectangle((col, line), 1, 1, color=color, linewidth=0))
-                if index in wrong:
-                    ax.plot([col, col + 1], [line + 0.97, line + 0.97], color="black", lw=1)
-                ax.text(col + 0.5, line + 0.8, char, fontsize=6.5, ha="center", family="monospace")
-        top -= h
+        panel_h = n_lines * line_h
+        for row in rows_of_panels:
+            for k, column in enumerate(row):
+                left = gap + k * (panel_w + gap)
+                ax = fig.add_axes(
+                    (
+                        left / width,
+                        (top - head - panel_h) / height,
+                        panel_w / width,
+                        panel_h / height,
+                    )
+                )
+                ax.set_xlim(0, WIDTH)
+                ax.set_ylim(n_lines, 0)
+                ax.set_xticks([])
+                ax.set_yticks([])
+                ax.set_title(column, fontsize=8, pad=2)
+                values = response["advantages"].get(column)
+                if values is None:
+                    ax.text(WIDTH / 2, n_lines / 2, "not in this batch", ha="center", fontsize=7)
+                    continue
+                scale = _scale(values)
+                for index, line, col, char in cells:
+                    if values[index] != 0:
+                        color = _rgba(values[index], scale)
+                        ax.add_patch(Rectangle((col, line), 1, 1, color=color, linewidth=0))
+                    if index in wrong:
+                        ax.plot([col, col + 1], [line + 0.97, line + 0.97], color="black", lw=1)
+                    ax.text(
+                        col + 0.5, line + 0.8, char, fontsize=6.5, ha="center", family="monospace"
+                    )
+            top -= head + panel_h
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

@@ -107,6 +107,7 @@ class Trainer:
         self.services, self.micro_batch_size = models.services, models.micro_batch_size
         self.step = 0
         self.evals: list[dict[str, Any]] = []
+        self.last_credit: tuple[RolloutBatch, torch.Tensor] | None = None  # for responses.jsonl
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -296,6 +297,7 @@ class Trainer:
 
     def _log_responses(self) -> None:
         """The responses of the batch just trained on, with their advantages, for ``explain``."""
+        assert self.last_credit is not None, "logged after a training step only"
         batch, advantages = self.last_credit
         samples = response_samples(batch, advantages, self.tokenizer)
         self.run_dir.append_responses({"step": self.step, "responses": samples})

@@ -57,6 +57,8 @@ def setting_verdict(frame: pd.DataFrame) -> str:
             f"({signed(best['gain_auc'])}) to {worst['method']} ({signed(worst['gain_auc'])})."
         )
     parts = []
+    untested = others[others["n_seeds"] < 2]  # one seed: no interval to call it either way
+    others = others[others["n_seeds"] >= 2]
     if not others.empty:
         ahead = others[others["gain_auc_low"] > 0]
         behind = others[others["gain_auc_high"] < 0]
@@ -69,6 +71,9 @@ def setting_verdict(frame: pd.DataFrame) -> str:
             parts.append(f"Behind it: {_names(behind)}.")
         if level:
             parts.append(f"{level} not told apart from GRPO.")
+    if not untested.empty:
+        names = ", ".join(untested["method"])
+        parts.append(f"One seed, so not tested: {names}.")
     if ORACLE in methods:
         oracle = frame[frame["method"] == ORACLE].iloc[0]
         if oracle["n_seeds"] >= 2 and oracle["gain_auc_low"] > 0:

@@ -72,3 +72,11 @@ def test_one_seed_names_no_winner_and_no_grpo_means_no_gain():
     assert "from a (+0.020) to b (-0.010)" in text
     assert "Ahead" not in text
     assert "No GRPO runs" in setting_verdict(frame([("a", NAN, NAN, NAN)]))
+
+
+def test_a_method_with_one_seed_among_several_is_not_called_ahead():
+    f = frame([("grpo", NAN, NAN, NAN), ("a", 0.03, 0.01, 0.05)])
+    lone = frame([("b", 0.09, 0.09, 0.09)], seeds=1)  # a degenerate interval above 0
+    text = setting_verdict(pd.concat([f, lone], ignore_index=True))
+    assert "Ahead of GRPO in AUC (95% interval above zero): a (+0.030" in text
+    assert "b (" not in text and "One seed, so not tested: b." in text

@@ -127,14 +127,24 @@ def _find_run_dirs(root: Path) -> tuple[list[Path], list[str]]:
     return sorted(found), sorted(warnings)
 
 
+def config_text(config: dict[str, Any]) -> str:
+    """A config as canonical JSON (sorted keys, no spaces), less :data:`NOT_A_SETTING`."""
+    kept = {k: v for k, v in config.items() if k not in NOT_A_SETTING}
+    return json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def config_digest(text: str) -> str:
+    """The first 12 hex digits of the SHA-256 of a :func:`config_text`."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
 def run_record(config: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
     """The columns of a run row that make it a record: its config, digest and provenance."""
-    kept = {k: v for k, v in config.items() if k not in NOT_A_SETTING}
-    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
+    text = config_text(config)
     packages = environment.get("packages")
     return {
         "config": text,
-        "config_digest": hashlib.sha256(text.encode("utf-8")).hexdigest()[:12],
+        "config_digest": config_digest(text),
         "commit": str(environment.get("git_commit") or ""),
         "git_dirty": bool(environment.get("git_dirty")),
         "packages": json.dumps(packages if isinstance(packages, dict) else {}, sort_keys=True),

@@ -174,6 +174,19 @@ def slug(key) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", group_title(key).replace(" · ", "-")).strip("-")
 
 
+def _draw_gains(ax, rows: pd.DataFrame, column: str, style, *, linewidth, markersize) -> None:
+    """One row per method, bottom-up: ``column``'s 95% interval and point, oracle credit (the
+    reference) grey and hollow, and the zero line."""
+    for i, row in enumerate(rows.to_dict("records")):
+        oracle = row["method"] == ORACLE
+        color = "0.45" if oracle else style[row["method"]]["color"]
+        ax.plot([row[f"{column}_low"], row[f"{column}_high"]], [i, i], color=color,
+                linewidth=linewidth, alpha=0.6)  # fmt: skip
+        face = "white" if oracle else color
+        ax.plot([row[column]], [i], "o", color=color, markersize=markersize, markerfacecolor=face)
+    ax.axvline(0.0, color="black", linewidth=1)
+
+
 def gain_forest(frame: pd.DataFrame) -> bytes | None:
     """Gain over GRPO in AUC and in final accuracy per method of one setting, 95% intervals,
     best AUC gain at the top; oracle credit, the reference, in grey with a hollow marker."""
@@ -189,21 +202,7 @@ def gain_forest(frame: pd.DataFrame) -> bytes | None:
         (("auc", "AUC gain over GRPO"), ("final", "final accuracy gain over GRPO")),
         strict=True,
     ):
-        for i, row in enumerate(rows.itertuples()):
-            point = getattr(row, f"gain_{name}")
-            low, high = getattr(row, f"gain_{name}_low"), getattr(row, f"gain_{name}_high")
-            oracle = row.method == ORACLE
-            color = "0.45" if oracle else style[row.method]["color"]
-            ax.plot([low, high], [i, i], color=color, linewidth=2.5, alpha=0.6)
-            ax.plot(
-                [point],
-                [i],
-                marker="o",
-                markersize=6,
-                color=color,
-                markerfacecolor="white" if oracle else color,
-            )
-        ax.axvline(0.0, color="black", linewidth=1)
+        _draw_gains(ax, rows, f"gain_{name}", style, linewidth=2.5, markersize=6)
         labels = [f"{m} (reference)" if m == ORACLE else m for m in rows["method"]]
         ax.set_yticks(np.arange(len(rows)), labels if name == "auc" else [""] * len(rows))
         ax.set_xlabel(label)
@@ -329,13 +328,7 @@ def gain_overview(methods: pd.DataFrame) -> bytes | None:
     high = float(methods["gain_auc_high"].max())
     for ax, (key, frame) in zip(axes, groups, strict=True):
         ordered = by_gain(frame[frame["method"] != BASELINE])[::-1]
-        for i, row in enumerate(ordered.itertuples()):
-            oracle = row.method == ORACLE
-            color = "0.45" if oracle else style[row.method]["color"]
-            ax.plot([row.gain_auc_low, row.gain_auc_high], [i, i], color=color, lw=2.2, alpha=0.6)
-            face = "white" if oracle else color
-            ax.plot([row.gain_auc], [i], "o", color=color, markersize=5, markerfacecolor=face)
-        ax.axvline(0.0, color="black", linewidth=1)
+        _draw_gains(ax, ordered, "gain_auc", style, linewidth=2.2, markersize=5)
         labels = [f"{m} (ref.)" if m == ORACLE else m for m in ordered["method"]]
         ax.set_yticks(np.arange(len(ordered)), labels, fontsize=7)
         ax.set_xlim(low - 0.01, high + 0.01)

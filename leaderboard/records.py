@@ -16,7 +16,6 @@ A file that is not such a record is an error naming the file and line, never a p
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from .collect import config_digest, config_text
 from .files import RunFormatError
 
 REQUIRED = ("run", "kind", "method", "task", "options", "setting", "seed", "config")
@@ -66,8 +66,7 @@ def _config(row: dict[str, Any], where: str) -> dict[str, Any]:
             f"the row {method!r} seed {row['seed']!r}"
         )
     digest = row.get("config_digest")
-    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
-    if isinstance(digest, str) and hashlib.sha256(canonical.encode()).hexdigest()[:12] != digest:
+    if isinstance(digest, str) and config_digest(config_text(config)) != digest:
         raise RunFormatError(f"{where}: config does not match its config_digest {digest}")
     return config
 

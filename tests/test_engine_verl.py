@@ -1,0 +1,211 @@
+"""Differential tests of the verl adapter: creditbench's estimators and losses, looked up by name
+in verl's own registries, against verl's built-in ones on random batches (to 1e-6, float32).
+
+These import verl itself, so they run in their own step of ``.ci/run`` (marker ``engines``),
+with verl installed without its dependencies into a folder of its own on ``PYTHONPATH`` (see
+``tests/verl_fixtures/make_verl_fixtures.py``). Only ``verl/protocol.py`` imports ray, so a stub
+module stands in for it.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from unittest.mock import MagicMock
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.engines
+
+if "ray" not in sys.modules:
+    _ray = ModuleType("ray")
+    _ray.__getattr__ = lambda name: MagicMock(name=f"ray.{name}")  # type: ignore[method-assign]
+    sys.modules["ray"] = _ray
+
+import verl  # noqa: E402,F401  (loads the creditbench plugin, as in every verl process)
+from verl.trainer.config import AlgoConfig  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.workers.config import ActorConfig  # noqa: E402
+
+from creditbench.integrations import verl as adapter  # noqa: E402
+
+TOL = dict(atol=1e-6, rtol=1e-6)
+
+
+def _batch(seed: int, *, singletons: bool) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Token-level rewards ``[B, T]`` (the outcome on each response's last token, dyadic so
+    equal rewards have a std of exactly 0), a mask with short rows and holes, and uid labels
+    of unequal, non-adjacent groups (some of one when ``singletons``)."""
+    gen = torch.Generator().manual_seed(seed)
+    sizes = [4, 3, 5, 2] + ([1, 1] if singletons else [])
+    labels = np.array([f"q{g}" for g, size in enumerate(sizes) for _ in range(size)], dtype=object)
+    labels = labels[torch.randperm(len(labels), generator=gen).numpy()]
+    rows, width = len(labels), 9
+    lengths = torch.randint(1, width + 1, (rows,), generator=gen)
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
+    holes = (torch.rand(rows, width, generator=gen) < 0.1) & (torch.arange(width) > 0)
+    mask = mask * (~holes).float()
+    outcome = torch.randint(0, 9, (rows,), generator=gen).float() / 8
+    rewards = torch.zeros(rows, width)
+    last = (mask * torch.arange(1, width + 1)).argmax(-1)
+    rewards[torch.arange(rows), last] = outcome
+    return rewards, mask, labels
+
+
+def _estimate(name: str, rewards, mask, labels) -> torch.Tensor:
+    # the call verl's ray_trainer.compute_advantage makes for a registered estimator
+    fn = core_algos.get_adv_estimator_fn(name)
+    advantages, returns = fn(
+        token_level_rewards=rewards, response_mask=mask, config=AlgoConfig(), index=labels
+    )
+    assert torch.equal(advantages, returns)
+    return advantages
+
+
+def test_import_verl_registers_the_batch_only_methods_in_both_registries():
+    for method in ("grpo", "drgrpo", "rloo", "gspo"):
+        assert f"creditbench_{method}" in core_algos.ADV_ESTIMATOR_REGISTRY
+        assert f"creditbench_{method}" in core_algos.POLICY_LOSS_REGISTRY
+    assert "creditbench_oracle" not in core_algos.ADV_ESTIMATOR_REGISTRY
+    assert adapter.register_all() == adapter.REGISTERED  # a second import adds nothing
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("singletons", [False, True])
+def test_grpo_and_drgrpo_match_verls_grpo(seed, singletons):
+    rewards, mask, labels = _batch(seed, singletons=singletons)
+    grpo = adapter.register("creditbench_grpo_raw", "grpo", singleton="raw")
+    drgrpo = adapter.register("creditbench_drgrpo_raw", "drgrpo", singleton="raw")
+    for ours, scale in ((grpo, True), (drgrpo, False)):
+        theirs, _ = core_algos.compute_grpo_outcome_advantage(
+            token_level_rewards=rewards,
+            response_mask=mask,
+            index=labels,
+            norm_adv_by_std_in_grpo=scale,
+        )
+        torch.testing.assert_close(_estimate(ours, rewards, mask, labels), theirs, **TOL)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rloo_matches_verls_rloo(seed):
+    rewards, mask, labels = _batch(seed, singletons=False)
+    theirs, _ = core_algos.compute_rloo_outcome_advantage(
+        token_level_rewards=rewards, response_mask=mask, index=labels, config=AlgoConfig()
+    )
+    torch.testing.assert_close(_estimate("creditbench_rloo", rewards, mask, labels), theirs, **TOL)
+
+
+def test_default_grpo_differs_from_verl_only_on_groups_of_one():
+    rewards, mask, labels = _batch(0, singletons=True)
+    ours = _estimate("creditbench_grpo", rewards, mask, labels)
+    theirs, _ = core_algos.compute_grpo_outcome_advantage(
+        token_level_rewards=rewards, response_mask=mask, index=labels
+    )
+    lone = torch.tensor([(labels == label).sum() == 1 for label in labels])
+    torch.testing.assert_close(ours[~lone], theirs[~lone], **TOL)
+    assert torch.all(ours[lone] == 0) and torch.any(theirs[lone] != 0)
+
+
+def _actor(mode: str, clip_c: float, **info) -> ActorConfig:
+    config = ActorConfig(
+        strategy="fsdp",
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        clip_ratio=0.2,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.28,
+        clip_ratio_c=clip_c,
+        loss_agg_mode=mode,
+    )
+    config.global_batch_info.update(info)
+    return config
+
+
+def _loss_inputs(seed: int):
+    gen = torch.Generator().manual_seed(100 + seed)
+    _, mask, _ = _batch(seed, singletons=False)
+    old = -torch.rand(mask.shape, generator=gen) * 3
+    delta = torch.randn(mask.shape, generator=gen) * 0.3
+    delta += (torch.rand(mask.shape, generator=gen) < 0.15).float() * 1.6  # dual-clip acts
+    advantages = torch.randn(mask.shape, generator=gen) * mask
+    return old, old + delta, advantages, mask
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    "mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+)
+@pytest.mark.parametrize("clip_c", [3.0, 1e9])
+@pytest.mark.parametrize("global_counts", [False, True])
+def test_losses_match_verls_vanilla_loss_and_gradient(seed, mode, clip_c, global_counts):
+    old, new, advantages, mask = _loss_inputs(seed)
+    info = {}
+    if global_counts:  # a micro-batch of a global batch over two data-parallel ranks
+        info = dict(dp_size=2, batch_num_tokens=3 * float(mask.sum()), global_batch_size=40)
+    config = _actor(mode, clip_c, **info)
+    results = []
+    for name in ("vanilla", "creditbench_grpo", "creditbench_rloo", "creditbench_drgrpo"):
+        log_prob = new.clone().requires_grad_(True)
+        loss, metrics = core_algos.get_policy_loss_fn(name)(
+            old_log_prob=old,
+            log_prob=log_prob,
+            advantages=advantages,
+            response_mask=mask,
+            loss_agg_mode=mode,
+            config=config,
+            rollout_is_weights=None,
+        )
+        loss.backward()
+        results.append((loss.detach(), log_prob.grad, metrics))
+    loss0, grad0, metrics0 = results[0]
+    assert torch.count_nonzero(grad0) > 0
+    for loss, grad, metrics in results[1:]:
+        torch.testing.assert_close(loss, loss0, **TOL)
+        torch.testing.assert_close(grad, grad0, **TOL)
+        assert metrics["actor/ppo_kl"] == pytest.approx(metrics0["actor/ppo_kl"], abs=1e-6)
+        # ours counts the dual clip too, which verl reports apart
+        clip_frac = metrics["actor/creditbench_clip_frac"]
+        dual = metrics0["actor/pg_clipfrac_lower"]
+        assert clip_frac == pytest.approx(metrics0["actor/pg_clipfrac"] + dual, abs=1e-6)
+
+
+def test_gspo_loss_takes_a_sequence_ratio_with_verls_clip():
+    old, new, advantages, mask = _loss_inputs(0)
+    config = _actor("token-mean", 3.0)
+    gspo = core_algos.get_policy_loss_fn("creditbench_gspo")
+    vanilla = core_algos.get_policy_loss_fn("vanilla")
+    args = dict(old_log_prob=old, advantages=advantages, response_mask=mask, config=config)
+    ours, _ = gspo(log_prob=new, loss_agg_mode="token-mean", **args)
+    token, _ = vanilla(log_prob=new, loss_agg_mode="token-mean", **args)
+    assert not torch.allclose(ours, token)  # a sequence ratio, not verl's token ratio
+    same, _ = gspo(log_prob=old, loss_agg_mode="token-mean", **args)  # ratio 1: -mean advantage
+    expected = -(advantages * mask).sum() / mask.sum()
+    torch.testing.assert_close(same, expected, **TOL)
+
+
+def test_rollout_correction_weights_are_refused_not_ignored():
+    old, new, advantages, mask = _loss_inputs(0)
+    with pytest.raises(ValueError, match="rollout_correction"):
+        core_algos.get_policy_loss_fn("creditbench_grpo")(
+            old,
+            new,
+            advantages,
+            mask,
+            "token-mean",
+            _actor("token-mean", 3.0),
+            torch.ones_like(mask),
+        )
+
+
+def test_a_method_that_needs_the_harness_is_refused_with_its_reason():
+    with pytest.raises(ValueError, match="oracle.*cannot run inside verl: it is a reference"):
+        adapter.register("creditbench_oracle", "oracle")
+    with pytest.raises(ValueError, match="tempo.*response token ids"):
+        adapter.register("creditbench_tempo", "tempo")
+
+
+def test_uid_labels_become_group_ids_by_first_appearance():
+    ids = adapter.group_ids_of(np.array(["b", "a", "b", "c", "a"], dtype=object))
+    assert ids.tolist() == [0, 1, 0, 2, 1]

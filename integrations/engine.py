@@ -22,6 +22,8 @@ from creditbench.methods.registry import get_method, list_methods
 
 # What an engine's advantage call is given besides rewards, masks and groups.
 TOKEN_IDS = "response_ids"
+VERL_GIVES: frozenset[str] = frozenset()  # verl 0.9: token_level_rewards, response_mask, uid
+TRL_GIVES = frozenset({TOKEN_IDS})  # TRL's GRPOTrainer holds the completion ids
 
 
 def engine_batch(

@@ -31,9 +31,8 @@ from trl import GRPOTrainer
 
 from creditbench.methods.base import CreditMethod
 
-from .engine import TOKEN_IDS, engine_batch, method_for_engine
-
-GIVEN = frozenset({TOKEN_IDS})
+from .engine import TRL_GIVES as GIVEN
+from .engine import engine_batch, method_for_engine
 
 
 class CreditGRPOTrainer(GRPOTrainer):

@@ -43,9 +43,9 @@ from verl.trainer.ppo import core_algos
 from creditbench.methods.base import CreditMethod
 from creditbench.methods.core import Normalizers
 
+from .engine import VERL_GIVES as GIVEN
 from .engine import engine_batch, method_for_engine, supported_methods
 
-GIVEN: frozenset[str] = frozenset()  # verl 0.9's estimator call: rewards, masks and uids only
 PREFIX = "creditbench_"
 _SPECS: dict[str, tuple[type[CreditMethod], object]] = {}  # what each name was registered with
 

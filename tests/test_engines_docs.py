@@ -1,0 +1,70 @@
+"""The engines page's table of which methods run inside verl and TRL is the adapters' own rule
+(`creditbench.integrations.engine`), method by method, and lists every built-in method."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from creditbench.integrations.engine import (
+    TRL_GIVES,
+    VERL_GIVES,
+    engine_batch,
+    method_for_engine,
+    supported_methods,
+    unsupported_reason,
+)
+from creditbench.methods.registry import list_methods, method_origin
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "engines.md"
+
+
+def _table() -> dict[str, tuple[bool, bool]]:
+    rows = {}
+    for line in PAGE.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1] in ("yes", "no"):
+            for name in re.findall(r"`([a-z_]+)`", cells[0]):
+                rows[name] = (cells[1] == "yes", cells[2] == "yes")
+    return rows
+
+
+def test_the_table_lists_every_builtin_method_as_the_adapters_decide():
+    table = _table()
+    builtin = {n for n in list_methods() if method_origin(n).kind == "builtin"}
+    assert set(table) == builtin
+    for name, (verl, trl) in table.items():
+        cls = list_methods()[name]
+        assert (unsupported_reason(cls, VERL_GIVES) is None) == verl, name
+        assert (unsupported_reason(cls, TRL_GIVES) is None) == trl, name
+
+
+def test_reasons_come_from_the_contract_and_the_probe():
+    methods = list_methods()
+    assert "reference" in unsupported_reason(methods["oracle"], TRL_GIVES)
+    assert "samples its own batch" in unsupported_reason(methods["vineppo"], TRL_GIVES)
+    assert "behaviour log-probs" in unsupported_reason(methods["dfpo"], TRL_GIVES)
+    # the probe: TEMPO's tree credit changes with the token ids, which verl does not give
+    assert "token ids" in unsupported_reason(methods["tempo"], VERL_GIVES)
+    assert set(supported_methods(VERL_GIVES)) < set(supported_methods(TRL_GIVES))
+
+
+def test_method_for_engine_takes_a_name_with_options_or_an_instance():
+    grpo = method_for_engine("grpo", VERL_GIVES, "verl", singleton="raw")
+    assert grpo.config.singleton == "raw"
+    assert method_for_engine(grpo, VERL_GIVES, "verl") is grpo
+    with pytest.raises(ValueError, match="options"):
+        method_for_engine(grpo, VERL_GIVES, "verl", singleton="zero")
+    with pytest.raises(ValueError, match="std_kind"):
+        method_for_engine("grpo", VERL_GIVES, "verl", std_kind="nosuch")
+
+
+def test_engine_batch_fills_what_an_engine_lacks_so_that_reading_it_fails_loudly():
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    batch = engine_batch(torch.tensor([1.0, 0.0]), mask, torch.tensor([0, 0]))
+    assert batch.response_mask.dtype == torch.float32 and batch.prompt_ids.shape == (2, 0)
+    assert torch.isnan(batch.old_logprobs).all()
+    assert torch.equal(batch.response_ids, torch.zeros(2, 3, dtype=torch.long))

@@ -18,6 +18,7 @@ from creditbench.harness.records.rundir import RunDir
 from creditbench.harness.reproduce import budget
 from creditbench.harness.reproduce import plan as plans
 from creditbench.harness.reproduce import run as rp
+from creditbench.harness.reproduce.profile import PROFILE_FIELDS
 from creditbench.harness.reproduce.recipe import (
     RECIPE_SETTINGS,
     Environment,
@@ -117,7 +118,29 @@ def test_paper_plans_are_valid_run_configs(card_id, tmp_path):
     notes = "\n".join(plan.unknown)
     for name in ("temperature", "group_size"):
         if getattr(card.recipe, name) is None:
-            assert f"{name}: " in notes and "harness default" in notes
+            assert f"{name}: " in notes and "LLM-scale profile" in notes
+    # nothing that changes what a run computes is left to the testbed's defaults
+    origins = {s.key: s.origin for s in plan.settings}
+    assert set(PROFILE_FIELDS) <= set(origins)
+    assert "harness default" not in notes
+
+
+def test_paper_plans_take_the_card_over_the_profile_and_the_user_over_both(tmp_path):
+    card = load_card_by_id("dapo")
+    plan = plans.paper_plan(
+        card, model_dir=str(tmp_path), task="math", steps=3, overrides=["train.grad_clip=0.5"]
+    )
+    settings = {s.key: s for s in plan.settings}
+    assert settings["train.lr"].value == 1e-6 and settings["train.lr"].origin.startswith("recipe")
+    assert settings["rollout.max_new_tokens"].value == 20480  # the card's, not the profile's 3000
+    assert settings["train.weight_decay"].origin.startswith("LLM-scale profile: verl")
+    assert settings["train.grad_clip"].value == 0.5
+    # DAPO evaluates sampled at temperature 1.0, so the profile's greedy evaluation gives way
+    assert settings["eval.greedy"].value is False
+    assert "eval_temperature" in settings["eval.greedy"].origin
+    config = run_config(rp.runs_of(plan)[0], tmp_path)
+    assert config.train.lr == 1e-6 and config.train.weight_decay == 0.01
+    assert config.rollout.max_new_tokens == 20480 and config.eval.n_problems == 500
 
 
 def test_paper_plan_needs_a_task_and_steps_the_card_does_not_record(tmp_path):

@@ -22,6 +22,7 @@ from creditbench.harness.reproduce.budget import (
     eval_flops_per_run,
     plan_budget,
 )
+from creditbench.harness.reproduce.profile import LLM_PROFILE
 from creditbench.harness.reproduce.recipe import (
     RECIPE_SETTINGS,
     ReproduceError,
@@ -222,8 +223,9 @@ def paper_plan(
     """The paper-scale plan: the recipe on the model in ``model_dir``, vLLM rollouts on CUDA.
 
     The task is the card's training data when it is one of ours, else ``task``; the budget is
-    the recipe's steps, else ``steps`` (or ``flops``). Fields the card marks unknown keep the
-    harness defaults, and :attr:`Plan.unknown` says so, field by field.
+    the recipe's steps, else ``steps`` (or ``flops``). Fields the card marks unknown take the
+    LLM-scale profile's values (`harness.reproduce.profile`), never the testbed's defaults, and
+    :attr:`Plan.unknown` says so, field by field.
     """
     methods, skipped = split_methods(card)
     if not methods:
@@ -258,8 +260,12 @@ def paper_plan(
         Setting("model.dtype", "bfloat16", "paper scale"),
         Setting("device", "cuda", "paper scale"),
         Setting("rollout.backend", "vllm", "paper scale"),
+        *LLM_PROFILE,  # where the card is silent; never the testbed's defaults
         *recipe.settings,
     ]
+    sampled_eval = next((s for s in recipe.settings if s.key == "eval.temperature"), None)
+    if sampled_eval is not None:  # the paper evaluates sampled: the profile's greedy gives way
+        settings.append(Setting("eval.greedy", False, sampled_eval.origin))
     user = _user_settings(list(overrides))
     _shared(plan, settings, user, n_eval)
     plan.not_mapped = list(recipe.not_mapped)

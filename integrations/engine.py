@@ -78,7 +78,10 @@ def unsupported_reason(method: type[CreditMethod], given: frozenset[str]) -> str
     if method.requires_extras:
         return f"it reads step ground truth ({', '.join(method.requires_extras)})"
     if method.rollout is not CreditMethod.rollout:
-        return "it samples its own batch (continuations, resets, several roles) through the harness"
+        return (
+            "it samples its own batch through the harness (dynamic sampling, continuations, "
+            "resets or several roles)"
+        )
     if method.needs_behaviour_logprobs:
         return "its credit reads the behaviour log-probs, which an advantage call is not given"
     if method.needs_behaviour_entropy:

@@ -209,3 +209,39 @@ def test_a_method_that_needs_the_harness_is_refused_with_its_reason():
 def test_uid_labels_become_group_ids_by_first_appearance():
     ids = adapter.group_ids_of(np.array(["b", "a", "b", "c", "a"], dtype=object))
     assert ids.tolist() == [0, 1, 0, 2, 1]
+
+
+def test_a_reproduce_launch_uses_only_keys_of_verls_config_and_registers_its_rows(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    import yaml
+
+    from creditbench.harness.cli.main import main
+
+    args = ["reproduce", "drgrpo", "--scale", "paper", "--task", "math", "--steps", "5"]
+    assert main([*args, "--engine", "verl", "--results", str(tmp_path), "--dry-run"]) == 0
+    folder = tmp_path / "verl"
+    config_file = Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml"
+    config = yaml.safe_load(config_file.read_text())
+    script = (folder / "launch.sh").read_text()
+    keys = {
+        line.strip().strip("\\'\" ").split("=", 1)[0]
+        for line in script.split("python -m verl.trainer.main_ppo")[1].splitlines()
+        if "=" in line
+    }
+    assert len(keys) > 30
+    for key in keys:
+        if key.startswith("+"):  # a key verl's config lacks on purpose, added by Hydra's +
+            continue
+        node = config
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, f"{key}: not in verl's config"
+            node = node[part]
+    spec = importlib.util.spec_from_file_location(
+        "creditbench_plan", folder / "creditbench_plan.py"
+    )
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    for row in ("grpo", "drgrpo"):
+        assert f"creditbench_drgrpo_{row}" in core_algos.ADV_ESTIMATOR_REGISTRY
+        assert f"creditbench_drgrpo_{row}" in core_algos.POLICY_LOSS_REGISTRY

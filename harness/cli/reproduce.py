@@ -4,6 +4,7 @@ paper's numbers beside ours (see :mod:`creditbench.harness.reproduce.run`).
 creditbench reproduce dapo                         # CPU scale, about 30 minutes
 creditbench reproduce dapo --dry-run               # the plan, nothing run
 creditbench reproduce dapo --scale paper --model-dir DIR --steps 200
+creditbench reproduce drgrpo --scale paper --engine verl --steps 200   # a verl launch
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             overrides=args.overrides,
             dry_run=args.dry_run,
             reps=args.reps,
+            engine=args.engine,
         )
     except ReproduceError as err:
         return usage_error("reproduce", str(err))
@@ -77,4 +79,10 @@ def add_reproduce_commands(subparsers) -> None:
         "--dry-run", action="store_true", help="print the plan and the runs, run nothing"
     )
     p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument(
+        "--engine",
+        default="builtin",
+        help="paper: builtin (creditbench's trainer, vLLM rollouts) or verl (write a launch of "
+        "the plan into RESULTS/verl, run nothing here)",
+    )
     p.set_defaults(func=_cmd_reproduce)

@@ -150,13 +150,19 @@ def reproduce(
     dry_run: bool = False,
     reps: int = 2000,
     environment: Environment | None = None,
+    engine: str = "builtin",
 ) -> int:
     """Plan, run and report one card; the exit code (0, or 1 when a run failed).
 
     ``environment`` (default: :func:`probe_environment`) says whether a GPU and the packages
     are there; ``dry_run`` prints the plan (and, at paper scale, what is missing) and runs
-    nothing.
+    nothing. ``engine="verl"`` (paper scale) writes the plan as a verl launch into
+    ``RESULTS/verl/`` (:mod:`.engines`), dry run or not, and runs nothing here.
     """
+    from creditbench.harness.reproduce.engines import ENGINES
+
+    if engine not in ENGINES:
+        raise ReproduceError(f"--engine: must be one of {', '.join(ENGINES)} (got {engine!r})")
     card = load_card_by_id(card_id)
     if scale is not None and scale not in SCALES:
         raise ReproduceError(f"--scale: must be one of {', '.join(SCALES)} (got {scale!r})")
@@ -164,14 +170,16 @@ def reproduce(
         raise ReproduceError(f"--reps: must be >= 1 (got {reps})")
     if environment is None:
         environment = probe_environment(card.paper_scale.requires if card.paper_scale else ())
-    scale = scale or ("paper" if environment.gpus else "cpu")
+    scale = scale or ("paper" if environment.gpus or engine != "builtin" else "cpu")
+    if engine != "builtin" and scale != "paper":
+        raise ReproduceError(f"--engine {engine}: only with --scale paper")
     folder = Path(results) if results is not None else Path("runs") / f"reproduce-{card.id}"
     missing: list[str] = []
     if scale == "paper":
         missing = missing_requirements(
             card, model_dir, environment, ignore_hardware=ignore_hardware
         )
-        if missing and not dry_run:
+        if missing and not dry_run and engine == "builtin":  # another engine runs elsewhere
             raise ReproduceError(refusal(card, missing))
         plan = paper_plan(
             card,
@@ -204,6 +212,8 @@ def reproduce(
         )
     lines = describe(plan)
     print("\n".join(lines))
+    if engine == "verl":
+        return _write_engine_launch(plan, runs, folder)
     if dry_run:
         if missing:
             print("missing for --scale paper: " + "; ".join(missing))
@@ -224,4 +234,20 @@ def reproduce(
         logs = ", ".join(str(folder / "logs" / f"{name}.log") for name in failed)
         print(f"{len(failed)} runs failed; logs: {logs}")
         return 1
+    return 0
+
+
+def _write_engine_launch(plan: Plan, runs: list[Any], folder: Path) -> int:
+    """Write and print the verl launch of ``plan`` into ``folder/verl``."""
+    from creditbench.harness.bench import run_config
+    from creditbench.harness.reproduce.engines import write_verl_launch
+
+    configs = [run_config(run, folder) for run in runs]
+    launch = write_verl_launch(plan, runs, configs, folder / "verl")
+    for row, why in launch.left_out.items():
+        print(f"left out of the verl launch: {row} ({why})")
+    print("verl launch (runs nothing here):")
+    for command in launch.commands:
+        print("  " + " ".join(command))
+    print("wrote: " + ", ".join(str(path) for path in launch.files))
     return 0

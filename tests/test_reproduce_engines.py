@@ -1,0 +1,97 @@
+"""``creditbench reproduce CARD --scale paper --engine verl``: the plan written as a verl launch
+(data, reward function, the rows' registration module, one ``main_ppo`` per run), run nowhere
+here. The keys are checked against verl's own config in ``tests/test_engine_verl.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+
+import pandas as pd
+import pytest
+
+from creditbench.harness.cli.main import main
+from creditbench.harness.tasks import get_task
+
+
+def _reproduce(tmp_path, card, *extra):
+    return main(
+        ["reproduce", card, "--scale", "paper", "--task", "math", "--steps", "5", "--engine"]
+        + ["verl", "--results", str(tmp_path), "--seeds", "2", *extra]
+    )
+
+
+@pytest.fixture(scope="module")
+def drgrpo(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("reproduce")
+    assert _reproduce(folder, "drgrpo", "--dry-run") == 0
+    return folder / "verl"
+
+
+def _runs(script: str) -> list[dict[str, str]]:
+    runs = []
+    for block in script.split("python -m verl.trainer.main_ppo")[1:]:
+        parts = [p.strip().strip("\\").strip().strip("'\"") for p in block.split("\n")]
+        runs.append(dict(p.split("=", 1) for p in parts if "=" in p))
+    return runs
+
+
+def test_the_launch_has_one_verl_run_per_row_and_seed_with_the_plans_values(drgrpo):
+    script = (drgrpo / "launch.sh").read_text()
+    assert subprocess.run(["bash", "-n", str(drgrpo / "launch.sh")]).returncode == 0
+    runs = _runs(script)
+    assert len(runs) == 4  # grpo and drgrpo, two seeds each
+    by_name = {r["trainer.experiment_name"]: r for r in runs}
+    assert set(by_name) == {"math-grpo-s0", "math-grpo-s1", "math-drgrpo-s0", "math-drgrpo-s1"}
+    ours = by_name["math-drgrpo-s1"]
+    assert ours["algorithm.adv_estimator"] == "creditbench_drgrpo_drgrpo"
+    assert ours["actor_rollout_ref.actor.policy_loss.loss_mode"] == "creditbench_drgrpo_drgrpo"
+    assert ours["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-sum-norm"
+    assert ours["data.seed"] == "1" and ours["trainer.total_training_steps"] == "5"
+    # the profile where the card is silent, never the testbed's 2e-4
+    assert float(ours["actor_rollout_ref.actor.optim.lr"]) == 1e-6
+    assert ours["actor_rollout_ref.model.path"] == "$MODEL_DIR"  # no --model-dir given
+    prompts = int(ours["data.train_batch_size"])
+    assert int(ours["actor_rollout_ref.actor.ppo_mini_batch_size"]) * 4 == prompts
+    assert ours["data.train_files"] == "$HERE/data/train.parquet"
+
+
+def test_the_data_and_the_reward_function_are_the_tasks(drgrpo):
+    task = get_task("math")
+    problems = task.problems("test")
+    frame = pd.read_parquet(drgrpo / "data" / "test.parquet")
+    assert len(frame) == len(problems)
+    row = frame.iloc[3]
+    assert row["prompt"][0]["content"] == problems[3].prompt
+    assert row["reward_model"]["ground_truth"] == problems[3].answer
+    spec = importlib.util.spec_from_file_location("reward", drgrpo / "reward.py")
+    reward = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reward)
+    info = {"split": "test", "index": 3}
+    right = f"The answer is \\boxed{{{problems[3].answer}}}."
+    assert reward.compute_score("x", right, problems[3].answer, info) == 1.0
+    assert (
+        reward.compute_score("x", "The answer is \\boxed{-987654}.", problems[3].answer, info)
+        == 0.0
+    )
+
+
+def test_a_row_that_cannot_run_in_verl_is_left_out_with_its_reason(tmp_path, capsys):
+    assert _reproduce(tmp_path, "dapo", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "left out of the verl launch: dapo (it samples its own batch" in out
+    runs = _runs((tmp_path / "verl" / "launch.sh").read_text())
+    assert {r["algorithm.adv_estimator"] for r in runs} == {"creditbench_dapo_grpo"}
+    plugin = (tmp_path / "verl" / "creditbench_plan.py").read_text()
+    assert "register('creditbench_dapo_grpo', 'grpo'" in plugin and "'dapo'" not in plugin
+
+
+def test_engine_flags_are_checked(tmp_path, capsys):
+    assert main(["reproduce", "dapo", "--scale", "cpu", "--engine", "verl"]) == 2
+    assert "--engine verl: only with --scale paper" in capsys.readouterr().err
+    assert _reproduce(tmp_path, "dapo", "--engine", "nosuch") == 2
+    assert "--engine: must be one of builtin, verl" in capsys.readouterr().err
+    budget = ["reproduce", "dapo", "--scale", "paper", "--task", "math", "--budget", "1e15"]
+    assert main([*budget, "--engine", "verl", "--results", str(tmp_path / "b")]) == 2
+    assert "give --steps N" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "verl" / "launch.sh").exists()

@@ -128,3 +128,23 @@ def test_a_token_level_method_trains_two_steps_with_credit_along_the_response(te
 def test_a_method_that_needs_the_harness_is_refused_before_trl_starts(testbed, tmp_path):
     with pytest.raises(ValueError, match="oracle.*cannot run inside TRL"):
         _train(CreditGRPOTrainer, testbed, tmp_path, method="oracle")
+
+
+def test_a_reproduce_launch_gives_grpo_config_only_arguments_it_has(tmp_path):
+    import json
+
+    from creditbench.harness.cli.main import main
+
+    args = ["reproduce", "drgrpo", "--scale", "paper", "--task", "math", "--steps", "4"]
+    assert main([*args, "--engine", "trl", "--results", str(tmp_path), "--dry-run"]) == 0
+    plan = json.loads((tmp_path / "trl" / "runs.json").read_text())
+    for name, run in plan["runs"].items():
+        here = {"use_vllm": False, "bf16": False, "use_cpu": True}  # the CPU stands in for a GPU
+        config = GRPOConfig(
+            output_dir=str(tmp_path / name),
+            per_device_train_batch_size=run["trl"]["num_generations"],
+            **{**run["trl"], **here},
+        )
+        assert config.loss_type == run["trl"]["loss_type"]
+        assert config.steps_per_generation == run["trl"]["steps_per_generation"]
+    assert plan["runs"]["math-drgrpo-s0"]["trl"]["loss_type"] == "dr_grpo"

@@ -90,8 +90,32 @@ def test_engine_flags_are_checked(tmp_path, capsys):
     assert main(["reproduce", "dapo", "--scale", "cpu", "--engine", "verl"]) == 2
     assert "--engine verl: only with --scale paper" in capsys.readouterr().err
     assert _reproduce(tmp_path, "dapo", "--engine", "nosuch") == 2
-    assert "--engine: must be one of builtin, verl" in capsys.readouterr().err
+    assert "--engine: must be one of builtin, verl, trl" in capsys.readouterr().err
     budget = ["reproduce", "dapo", "--scale", "paper", "--task", "math", "--budget", "1e15"]
     assert main([*budget, "--engine", "verl", "--results", str(tmp_path / "b")]) == 2
     assert "give --steps N" in capsys.readouterr().err
     assert not (tmp_path / "b" / "verl" / "launch.sh").exists()
+
+
+def test_a_trl_launch_maps_each_run_onto_grpo_config_arguments(tmp_path, capsys):
+    import json
+
+    args = ["reproduce", "rloo", "--scale", "paper", "--task", "math", "--steps", "8"]
+    assert main([*args, "--engine", "trl", "--results", str(tmp_path), "--dry-run"]) == 0
+    folder = tmp_path / "trl"
+    assert subprocess.run(["bash", "-n", str(folder / "launch.sh")]).returncode == 0
+    plan = json.loads((folder / "runs.json").read_text())
+    assert plan["task"] == "math" and len(plan["runs"]) == 6  # grpo and rloo, three seeds
+    rloo = plan["runs"]["math-rloo-s1"]
+    assert rloo["method"] == "rloo" and rloo["trl"]["seed"] == 1
+    assert rloo["trl"]["loss_type"] == "luspo"  # RLOO's seq-mean-token-sum
+    assert rloo["trl"]["learning_rate"] == 1e-6 and rloo["trl"]["max_steps"] == 8
+    assert rloo["trl"]["steps_per_generation"] == 4  # the profile's four minibatches
+    script = (folder / "launch.sh").read_text()
+    assert script.count("accelerate launch") == 6 and "--run math-rloo-s1" in script
+    compile((folder / "train.py").read_text(), "train.py", "exec")
+
+
+def test_a_trl_launch_leaves_out_what_trl_cannot_run(tmp_path, capsys):
+    assert _reproduce(tmp_path, "dapo", "--dry-run", "--engine", "trl") == 0  # the last wins
+    assert "left out of the trl launch: dapo (it samples its own batch" in capsys.readouterr().out

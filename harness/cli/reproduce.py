@@ -82,7 +82,7 @@ def add_reproduce_commands(subparsers) -> None:
     p.add_argument(
         "--engine",
         default="builtin",
-        help="paper: builtin (creditbench's trainer, vLLM rollouts) or verl (write a launch of "
-        "the plan into RESULTS/verl, run nothing here)",
+        help="paper: builtin (creditbench's trainer, vLLM rollouts), or verl or trl (write a "
+        "launch of the plan for that trainer into RESULTS/ENGINE, run nothing here)",
     )
     p.set_defaults(func=_cmd_reproduce)

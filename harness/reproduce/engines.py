@@ -28,7 +28,7 @@ from creditbench.methods.registry import get_method
 from .plan import Plan
 from .recipe import ReproduceError
 
-ENGINES = ("builtin", "verl")
+ENGINES = ("builtin", "verl", "trl")
 
 # run-config field -> verl override (verl 0.9.1, trainer/config/_generated_ppo_trainer.yaml)
 VERL_KEYS = {

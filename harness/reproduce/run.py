@@ -156,8 +156,9 @@ def reproduce(
 
     ``environment`` (default: :func:`probe_environment`) says whether a GPU and the packages
     are there; ``dry_run`` prints the plan (and, at paper scale, what is missing) and runs
-    nothing. ``engine="verl"`` (paper scale) writes the plan as a verl launch into
-    ``RESULTS/verl/`` (:mod:`.engines`), dry run or not, and runs nothing here.
+    nothing. ``engine="verl"`` or ``"trl"`` (paper scale) writes the plan as a launch of that
+    trainer into ``RESULTS/<engine>/`` (:mod:`.engines`, :mod:`.trl_launch`), dry run or not,
+    and runs nothing here.
     """
     from creditbench.harness.reproduce.engines import ENGINES
 
@@ -212,8 +213,8 @@ def reproduce(
         )
     lines = describe(plan)
     print("\n".join(lines))
-    if engine == "verl":
-        return _write_engine_launch(plan, runs, folder)
+    if engine != "builtin":
+        return _write_engine_launch(plan, runs, folder, engine)
     if dry_run:
         if missing:
             print("missing for --scale paper: " + "; ".join(missing))
@@ -237,16 +238,18 @@ def reproduce(
     return 0
 
 
-def _write_engine_launch(plan: Plan, runs: list[Any], folder: Path) -> int:
-    """Write and print the verl launch of ``plan`` into ``folder/verl``."""
+def _write_engine_launch(plan: Plan, runs: list[Any], folder: Path, engine: str) -> int:
+    """Write and print the ``engine`` launch of ``plan`` into ``folder/<engine>``."""
     from creditbench.harness.bench import run_config
     from creditbench.harness.reproduce.engines import write_verl_launch
+    from creditbench.harness.reproduce.trl_launch import write_trl_launch
 
     configs = [run_config(run, folder) for run in runs]
-    launch = write_verl_launch(plan, runs, configs, folder / "verl")
+    write = write_verl_launch if engine == "verl" else write_trl_launch
+    launch = write(plan, runs, configs, folder / engine)
     for row, why in launch.left_out.items():
-        print(f"left out of the verl launch: {row} ({why})")
-    print("verl launch (runs nothing here):")
+        print(f"left out of the {engine} launch: {row} ({why})")
+    print(f"{engine} launch (runs nothing here):")
     for command in launch.commands:
         print("  " + " ".join(command))
     print("wrote: " + ", ".join(str(path) for path in launch.files))

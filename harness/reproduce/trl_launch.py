@@ -1,0 +1,220 @@
+"""A paper-scale plan as a TRL launch: ``creditbench reproduce CARD --scale paper --engine trl``
+writes, into ``RESULTS/trl/``, what runs the plan with `CreditGRPOTrainer` under accelerate.
+
+- ``runs.json``: every run (card row x seed) with its method, options and TRL ``GRPOConfig``
+  arguments, mapped from the plan (:func:`grpo_arguments`);
+- ``train.py``: trains one run of ``runs.json`` (``--run NAME``) on the task's train split with
+  creditbench's grader as the reward function;
+- ``accelerate.yaml`` and ``launch.sh``: ``accelerate launch`` of each run on ``$NUM_GPUS``
+  processes (default 1), vLLM colocated for the rollouts.
+
+TRL's loss aggregates as its ``loss_type`` says; a method's aggregation maps onto one
+(:data:`TRL_LOSS_TYPES`) or its row is left out, with the reason, as is a row whose method
+cannot run inside TRL (`creditbench.integrations.engine`). The generation batch is the plan's
+``prompts_per_step x group_size`` completions, split into ``train.minibatches`` optimizer steps
+(TRL's ``steps_per_generation``); ``train.py`` divides it over the processes it finds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from creditbench.integrations.engine import TRL_GIVES, unsupported_reason
+from creditbench.methods.registry import get_method
+
+from .engines import Launch
+from .plan import Plan
+from .recipe import ReproduceError
+
+# our aggregation -> TRL 1.16 GRPOConfig.loss_type with the same normaliser
+TRL_LOSS_TYPES = {
+    "seq-mean-token-mean": "grpo",
+    "token-mean": "dapo",
+    "seq-mean-token-sum-norm": "dr_grpo",  # TRL's L is max_completion_length
+    "seq-mean-token-sum": "luspo",
+}
+
+
+def _left_out(method: Any) -> str | None:
+    """Why TRL cannot run ``method`` (an instance) as its row asks, or None."""
+    reason = unsupported_reason(type(method), TRL_GIVES)
+    if reason is not None:
+        return reason
+    cfg = method.config
+    if cfg.aggregation not in TRL_LOSS_TYPES:
+        return f"TRL has no loss_type that aggregates as {cfg.aggregation}"
+    if cfg.dual_clip is not None:
+        return "TRL has no dual clip"
+    if cfg.horizon:
+        return "TRL's dr_grpo normaliser is max_completion_length, not a horizon of its own"
+    return None
+
+
+def grpo_arguments(config: Any, method: Any) -> dict[str, Any]:
+    """TRL ``GRPOConfig`` arguments of one run, from its ``RunConfig`` and method instance
+    (``per_device_train_batch_size`` is set by ``train.py``, which knows the processes)."""
+    cfg = method.config
+    if config.budget.unit != "steps":
+        raise ReproduceError("--engine trl: TRL counts optimizer steps; give --steps N")
+    rollout, train = config.rollout, config.train
+    return {
+        "num_generations": rollout.group_size,
+        "max_completion_length": rollout.max_new_tokens,
+        "temperature": rollout.temperature,
+        "top_p": rollout.top_p,
+        "learning_rate": train.lr,
+        "weight_decay": train.weight_decay,
+        "adam_beta1": train.adam_betas[0],
+        "adam_beta2": train.adam_betas[1],
+        "max_grad_norm": train.grad_clip,
+        "num_iterations": train.ppo_epochs,
+        "steps_per_generation": train.minibatches,
+        "gradient_accumulation_steps": 1,
+        "max_steps": int(config.budget.amount),
+        "beta": cfg.kl_coef,
+        "epsilon": cfg.eps_low,
+        "epsilon_high": cfg.eps_high,
+        "loss_type": TRL_LOSS_TYPES[cfg.aggregation],
+        "importance_sampling_level": cfg.ratio_level,
+        "seed": config.seed,
+        "bf16": True,
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "save_strategy": "steps",
+        "save_steps": max(1, int(config.budget.amount) // 4),
+        "logging_steps": 1,
+        "report_to": "none",
+    }
+
+
+TRAIN = '''"""Train one run of runs.json with creditbench's CreditGRPOTrainer:
+accelerate launch --config_file accelerate.yaml train.py --run NAME"""
+
+import argparse
+import json
+from pathlib import Path
+
+from accelerate import PartialState
+from datasets import Dataset
+from trl import GRPOConfig
+
+from creditbench.harness.tasks import get_task
+from creditbench.integrations.trl import CreditGRPOTrainer
+
+HERE = Path(__file__).resolve().parent
+PLAN = json.loads((HERE / "runs.json").read_text())
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--run", required=True, choices=sorted(PLAN["runs"]))
+parser.add_argument("--model", required=True, help="a local copy of the model the card names")
+args = parser.parse_args()
+run = PLAN["runs"][args.run]
+
+task = get_task(PLAN["task"], **PLAN["task_options"])
+problems = task.problems("train")
+dataset = Dataset.from_list([{"prompt": p.prompt, "index": i} for i, p in enumerate(problems)])
+
+
+def reward(prompts, completions, index, **_):
+    return [task.grade(problems[i], text).reward for i, text in zip(index, completions)]
+
+
+completions = PLAN["prompts_per_step"] * run["trl"]["num_generations"]
+shards = run["trl"]["steps_per_generation"] * PartialState().num_processes
+if completions % shards:
+    raise SystemExit(f"{completions} completions a step do not split into {shards} shards")
+trainer = CreditGRPOTrainer(
+    method=run["method"],
+    method_options=run["options"],
+    model=args.model,
+    reward_funcs=[reward],
+    args=GRPOConfig(
+        output_dir=str(HERE / "checkpoints" / args.run),
+        per_device_train_batch_size=completions // shards,
+        **run["trl"],
+    ),
+    train_dataset=dataset,
+)
+trainer.train()
+'''
+
+ACCELERATE = """# accelerate launch --config_file accelerate.yaml: data parallel on one machine
+compute_environment: LOCAL_MACHINE
+distributed_type: MULTI_GPU
+mixed_precision: bf16
+machine_rank: 0
+num_machines: 1
+num_processes: 1  # launch.sh passes --num_processes $NUM_GPUS
+"""
+
+
+def write_trl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: Path) -> Launch:
+    """Write the TRL launch of ``plan`` (its bench ``runs`` and their run ``configs``) into
+    ``folder``; see the module doc."""
+    launch = Launch()
+    entries: dict[str, Any] = {}
+    for run, config in zip(runs, configs, strict=True):
+        method = get_method(run.method)(**plan.option_values(run.entry))
+        reason = _left_out(method)
+        if reason is not None:
+            launch.left_out[run.entry] = reason
+            continue
+        entries[run.name] = {
+            "method": run.method,
+            "options": plan.option_values(run.entry),
+            "trl": grpo_arguments(config, method),
+        }
+    if not entries:
+        raise ReproduceError(
+            "--engine trl: no method of the card runs inside TRL: "
+            + "; ".join(f"{row}: {why}" for row, why in launch.left_out.items())
+        )
+    model = plan.setting_values().get("model.path") or "$MODEL_DIR"
+    script = [
+        "#!/usr/bin/env bash",
+        f"# creditbench reproduce {plan.card.id} --scale paper --engine trl: one accelerate",
+        "# launch per card row and seed, on $NUM_GPUS GPUs of this machine (default 1).",
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "$0")" && pwd)"',
+    ]
+    if model == "$MODEL_DIR":
+        script.append(': "${MODEL_DIR:?set MODEL_DIR to a local copy of the model the card names}"')
+    for name in entries:
+        command = [
+            "accelerate launch",
+            '--config_file "$HERE/accelerate.yaml"',
+            '--num_processes "${NUM_GPUS:-1}"',
+            '"$HERE/train.py"',
+            f"--run {name}",
+            f'--model "{model}"',
+        ]
+        launch.commands.append(command)
+        script.append(" \\\n    ".join(command))
+    prompts = plan.setting_values().get(
+        "rollout.prompts_per_step", configs[0].rollout.prompts_per_step
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {
+        "runs.json": json.dumps(
+            {
+                "card": plan.card.id,
+                "task": plan.task,
+                "task_options": dict(plan.task_options),
+                "prompts_per_step": prompts,
+                "runs": entries,
+            },
+            indent=2,
+        )
+        + "\n",
+        "train.py": TRAIN,
+        "accelerate.yaml": ACCELERATE,
+        "launch.sh": "\n".join(script) + "\n",
+    }
+    for name, text in files.items():
+        path = folder / name
+        path.write_text(text)
+        launch.files.append(path)
+    (folder / "launch.sh").chmod(0o755)
+    return launch

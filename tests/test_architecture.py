@@ -3,8 +3,10 @@
     methods/      torch and the standard library only, and methods/ itself
     reference/    nothing of ours
     leaderboard/  reference/ and itself: it reads run directories, never the harness
-    harness/      methods/, reference/, leaderboard/ and itself; of methods/ only the shared
-                  modules, never a method file (the harness never learns method names)
+    harness/      methods/, reference/, leaderboard/, integrations/ and itself; of methods/
+                  only the shared modules, never a method file (it never learns method names)
+    integrations/ methods/ (its shared modules) and itself, besides verl and TRL: the adapters
+                  that run methods inside other trainers, which the harness's reproduce uses
 
 so the graph of rooms has no cycle. The test also checks the harness's folders form no cycle
 of their own at the level of folders it shows (cli -> training -> sampling, ...).
@@ -19,12 +21,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ROOMS = ("methods", "harness", "leaderboard", "reference")
+ROOMS = ("methods", "harness", "leaderboard", "reference", "integrations")
 MAY_IMPORT = {
     "methods": {"methods"},
     "reference": {"reference"},
     "leaderboard": {"leaderboard", "reference"},
-    "harness": {"harness", "methods", "reference", "leaderboard"},
+    "harness": {"harness", "methods", "reference", "leaderboard", "integrations"},
+    "integrations": {"integrations", "methods"},
 }
 # values: the states (state_starts) whose values Services.task_values returns
 SHARED_METHOD_MODULES = {
@@ -86,9 +89,9 @@ def violations() -> list[str]:
                 top = name[0]
                 if top in ROOMS and top not in MAY_IMPORT[room]:
                     out.append(f"{rel}:{line}: {room}/ may not import {'.'.join(name)}")
-                if room == "harness" and top == "methods" and len(name) > 1:
+                if room in ("harness", "integrations") and top == "methods" and len(name) > 1:
                     if name[1] not in SHARED_METHOD_MODULES:
-                        out.append(f"{rel}:{line}: the harness imports a method file ({name[1]})")
+                        out.append(f"{rel}:{line}: {room}/ imports a method file ({name[1]})")
                 if room == "methods" and top not in ROOMS:
                     if top not in stdlib and top not in THIRD_PARTY_FOR_METHODS:
                         out.append(f"{rel}:{line}: methods/ imports {top} (torch only)")
@@ -140,6 +143,7 @@ def test_the_rule_would_catch_a_forbidden_import(room, tmp_path, monkeypatch):
         "reference": "from creditbench.methods import core\n",
         "leaderboard": "from creditbench.harness.records.rundir import RunDir\n",
         "harness": "from creditbench.methods.grpo import GRPO\n",
+        "integrations": "from creditbench.harness.config import RunConfig\n",
     }[room]
     (tmp_path / room).mkdir()
     (tmp_path / room / "planted.py").write_text(forbidden)

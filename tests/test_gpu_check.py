@@ -1,6 +1,6 @@
 """The GPU check script (``scripts/gpu_check.sh``): what a CPU can check of it. Without a GPU,
 its CUDA checks say so and it exits 1; with ``--device cpu`` every check (SmolLM2 written as a
-transformers folder, three builtin GRPO steps on GSM8K, two steps of the TRL adapter with tempo)
+transformers folder, two builtin GRPO steps on GSM8K, two steps of the TRL adapter with tempo)
 passes."""
 
 from __future__ import annotations

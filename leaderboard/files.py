@@ -37,12 +37,30 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def process_umask() -> int:
+    """The process's file-creation mask, read without changing it where the system says it
+    (Linux's ``/proc/self/status``), else by setting and restoring it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part.
+    The file gets the mode a plain ``open`` would give it (0644 under the usual umask 022), not
+    the 0600 of the temporary file it is written through, so a shared results folder stays
+    readable to the people it is shared with."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~process_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

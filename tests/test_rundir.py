@@ -299,3 +299,18 @@ def test_leftovers_of_a_killed_save_are_invisible_and_cleaned(tmp_path, tiny_mod
     save(run, 20, tiny_model)
     assert not leftover.exists()
     assert run.latest_checkpoint() == run.checkpoint_path(20)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_writes_take_the_mode_the_umask_gives_not_the_temporary_files(tmp_path, umask, mode):
+    from creditbench.leaderboard.files import atomic_write_text, process_umask
+
+    previous = os.umask(umask)
+    try:
+        assert process_umask() == umask
+        atomic_write_text(tmp_path / "summary.json", "{}\n")
+        atomic_write_text(tmp_path / "summary.json", "{}\n")  # a replacement, the same
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "summary.json").stat().st_mode & 0o777 == mode
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]

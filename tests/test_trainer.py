@@ -22,7 +22,7 @@ import torch
 
 from creditbench.harness.cli.main import main
 from creditbench.harness.config import load_config
-from creditbench.harness.records.rundir import RunDir
+from creditbench.harness.records.rundir import RunDir, RunDirError, RunLockedError
 from creditbench.harness.training.trainer import NonFiniteError, Trainer
 from creditbench.methods.base import CreditMethod
 from creditbench.methods.registry import _REGISTRY, register_method
@@ -426,3 +426,46 @@ def test_a_second_trained_model_steps_is_charged_and_gets_its_reference(nano_pol
     grpo.train_step()
     assert trainer.meter.flops - flops_before > grpo.meter.flops
     assert trainer.meter.trained_tokens > grpo.meter.trained_tokens
+
+
+def test_a_finished_run_given_another_method_or_config_is_refused(
+    test_methods, nano_policy, tmp_path
+):
+    run(nano_policy, tmp_path / "a")
+    before = (tmp_path / "a" / "metrics.jsonl").read_bytes()
+    with pytest.raises(RunDirError, match="finished run with a different config.*method"):
+        run(nano_policy, tmp_path / "a", "grpo")
+    with pytest.raises(RunDirError, match="train.lr"):
+        run(nano_policy, tmp_path / "a", TOKEN_METHOD, "train.lr=1e-3")
+    assert (tmp_path / "a" / "metrics.jsonl").read_bytes() == before
+
+
+def test_a_second_writer_of_a_run_is_refused_naming_the_first(test_methods, nano_policy, tmp_path):
+    config = load_config(None, [f"method={TOKEN_METHOD}", *overrides(nano_policy)])
+    first = Trainer(config, tmp_path / "a")
+    with first.run_dir.lock():  # as a train of the same run holds it
+        with pytest.raises(RunLockedError, match=rf"another process is writing.*pid {os.getpid()}"):
+            Trainer(config, tmp_path / "a").train()
+        assert not (tmp_path / "a" / "metrics.jsonl").exists()
+    # released (a kill releases it too: the kernel drops a dead holder's flock), so it runs
+    assert Trainer(config, tmp_path / "a").train()["steps"] == 5
+
+
+def test_a_lock_file_left_by_a_dead_writer_is_stale_and_taken(test_methods, nano_policy, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / ".lock").write_text("pid 999999 on elsewhere since 00:00:00")
+    summary = run(nano_policy, tmp_path / "a")
+    assert summary["steps"] == 5
+
+
+def test_two_train_commands_into_one_run_one_runs_and_one_exits_2(nano_policy, tmp_path, capsys):
+    args = ["train", "--method", "grpo", "--output", str(tmp_path), "--name", "same", "--quiet"]
+    for item in overrides(nano_policy):
+        args += ["--set", item]
+    holder = RunDir(tmp_path / "same")
+    with holder.lock():
+        assert main(args) == 2
+    assert "another process is writing this run (pid" in capsys.readouterr().err
+    assert main(args) == 0
+    records = (tmp_path / "same" / "metrics.jsonl").read_text().splitlines()
+    assert len([r for r in records if '"eval"' not in r]) == 5  # one writer's records, once

@@ -24,11 +24,15 @@ torn last line (a crash mid-write) is ignored when reading and dropped before th
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+import socket
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +72,10 @@ class RunDirError(ConfigError):
     """A run directory cannot be used as asked (another config, a corrupt file)."""
 
 
+class RunLockedError(RunDirError):
+    """Another process is writing the run directory; the message names it."""
+
+
 def _torch_save_synced(obj: Any, path: Path) -> None:
     with open(path, "wb") as f:
         torch.save(obj, f)
@@ -80,6 +88,7 @@ def _torch_save_synced(obj: Any, path: Path) -> None:
 
 _CHECKPOINT_NAME = re.compile(r"step-(\d+)")
 COMPLETE_MARKER = "COMPLETE"
+LOCK_FILE = ".lock"  # the writer's lock (RunDir.lock)
 AUXILIARY_FILE = "auxiliary.pt"  # a method's second trained model, when it has one
 
 
@@ -110,16 +119,51 @@ class RunDir:
 
     # --- config and status -------------------------------------------------------------------
 
+    def check_config(self, config_dict: dict[str, Any]) -> None:
+        """``RunDirError`` when the run saved here (finished or not) has another config."""
+        if not self.config_path.exists():
+            return
+        differ = _differences(self.config(), json.loads(json.dumps(config_dict)))
+        if differ:
+            state = "finished run" if self.is_finished() else "run"
+            raise RunDirError(
+                f"{self.path}: holds a {state} with a different config "
+                f"(differs in {', '.join(differ[:5])}); use another run name or resume it"
+            )
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the run's writer lock: ``.lock`` in the run directory, locked with ``flock``
+        (which the kernel releases when its holder dies, however it dies) and holding the
+        holder's pid, host and start time for the message a second writer gets
+        (`RunLockedError`). A lock file left by a dead process is stale and simply taken."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        path = self.path / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+                raise RunLockedError(
+                    f"{self.path}: another process is writing this run ({holder or 'unknown'}); "
+                    "wait for it to finish or stop it"
+                ) from None
+            me = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}"
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, me.encode(), 0)
+            try:
+                yield
+            finally:
+                os.ftruncate(fd, 0)  # released: nobody named any more
+        finally:
+            os.close(fd)  # closing drops the flock
+
     def create(self, config_dict: dict[str, Any], environment: dict[str, Any]) -> None:
         """Write config.yaml and environment.json; an existing run must have the same config."""
         normalized = json.loads(json.dumps(config_dict))
         if self.config_path.exists():
-            differ = _differences(self.config(), normalized)
-            if differ:
-                raise RunDirError(
-                    f"{self.path}: holds a run with a different config "
-                    f"(differs in {', '.join(differ[:5])}); use another run name or resume it"
-                )
+            self.check_config(normalized)
         else:
             self.path.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.config_path, yaml.safe_dump(normalized, sort_keys=False))

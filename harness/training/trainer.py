@@ -88,6 +88,7 @@ class Trainer:
         if not isinstance(run_dir, RunDir):
             run_dir = RunDir(run_dir if run_dir is not None else run_path(self.config))
         self.run_dir = run_dir
+        run_dir.check_config(to_dict(self.config))  # a finished run of another config too
         self.device = resolve_device(self.config.device)
 
     @classmethod
@@ -114,10 +115,18 @@ class Trainer:
     def train(self, on_record: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Run (or continue) to the end of the budget; returns the summary.
 
-        ``on_record`` is called with every metrics record written (for progress bars).
+        ``on_record`` is called with every metrics record written (for progress bars). The
+        run's writer lock is held throughout: a second writer of the same run directory gets
+        `RunLockedError` naming this one.
         """
-        summary = self.run_dir.read_summary()
-        if summary is not None:
+        if (summary := self.run_dir.read_summary()) is not None:
+            return summary
+        with self.run_dir.lock():
+            return self._train(on_record)
+
+    def _train(self, on_record: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+        """:meth:`train` under the writer lock."""
+        if (summary := self.run_dir.read_summary()) is not None:  # finished while we waited
             return summary
         started = time.perf_counter()
         self.run_dir.create(to_dict(self.config), capture_environment())

@@ -316,6 +316,18 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def parse_key_value(text: str, flag: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of a command-line flag, the value read as YAML (``12``, ``[8, 12]``,
+    ``text``); ``ConfigError`` naming ``flag`` for anything else."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"{flag}: expected KEY=VALUE (got {text!r})")
+    try:
+        return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise ConfigError(f"{flag}: the value of {text!r} is not valid YAML") from None
+
+
 def apply_override(data: dict[str, Any], override: str) -> None:
     """Apply ``a.b.c=value`` to nested ``data`` in place; the value is parsed as YAML."""
     key, sep, raw = override.partition("=")

@@ -143,3 +143,17 @@ def test_cli_data_commands(capsys: pytest.CaptureFixture) -> None:
     assert "known tasks: chain" in capsys.readouterr().err
     assert main(["data", "show", "chain", "-o", "steps=0"]) == 2
     assert "steps:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [("steps=[1", "not valid YAML"), ("steps", "expected KEY=VALUE"), ("=3", "expected KEY=VALUE")],
+)
+def test_a_malformed_task_option_is_a_usage_error_not_a_traceback(option, message, capsys):
+    from creditbench.harness.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own usage error
+        main(["data", "show", "chain", "-o", option])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--option/-o" in err and message in err and "Traceback" not in err

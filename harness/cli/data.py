@@ -15,12 +15,12 @@ def _positive(text: str) -> int:
 
 
 def _option(text: str) -> tuple[str, object]:
-    import yaml
+    from creditbench.harness.config import ConfigError, parse_key_value
 
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (got {text!r})")
-    return key, yaml.safe_load(value)
+    try:
+        return parse_key_value(text, "--option")
+    except ConfigError as err:  # argparse prints it with the usage line and exits 2
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--option: ")) from None
 
 
 def add_data_commands(subparsers) -> None:

@@ -14,8 +14,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from creditbench.harness.reproduce.budget import (
     DEFAULT_MINUTES,
     BudgetPlan,
@@ -82,17 +80,12 @@ def _suite_settings(name: str) -> dict[str, Any]:
 
 
 def _user_settings(overrides: list[str]) -> list[Setting]:
-    out = []
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ReproduceError(f"--set: expected KEY=VALUE (got {item!r})")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            raise ReproduceError(f"--set: the value of {item!r} is not valid YAML") from None
-        out.append(Setting(key.strip(), value, "--set"))
-    return out
+    from creditbench.harness.config import ConfigError, parse_key_value
+
+    try:
+        return [Setting(*parse_key_value(item, "--set"), "--set") for item in overrides]
+    except ConfigError as err:
+        raise ReproduceError(str(err)) from None
 
 
 def _merge(settings: list[Setting]) -> list[Setting]:

@@ -48,7 +48,7 @@ def test_perf_prints_phases_methods_relative_to_grpo_and_the_plain_loop(tmp_path
 
 def test_perf_refuses_bad_arguments(capsys):
     assert main(["perf", "--repeats", "0"]) == 2
-    assert "--repeats: must be >= 1" in capsys.readouterr().err
+    assert "--repeats: must be an integer >= 1" in capsys.readouterr().err
     assert main(["perf", "--methods", "nosuch"]) == 2
     assert "--methods: unknown method 'nosuch'" in capsys.readouterr().err
 

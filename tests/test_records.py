@@ -140,7 +140,7 @@ def test_records_only_writes_just_runs_csv_and_validate_reads_it_as_it_reads_the
     [
         (
             ["validate", "--report-only", "--reps", "0", "--results", "RECORDS"],
-            "--reps: must be >= 1",
+            "--reps: must be an integer >= 1",
         ),
         (["validate", "--report-only", "--results", "NOWHERE"], "neither a folder nor a runs.csv"),
         (["leaderboard", "NOWHERE"], "no such results directory or runs.csv"),

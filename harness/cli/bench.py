@@ -14,6 +14,7 @@ import argparse
 
 from creditbench.harness.cli.common import (
     add_set_option,
+    positive_int,
     quiet_transformers,
     set_threads,
     usage_error,
@@ -107,7 +108,9 @@ def _cmd_values(args: argparse.Namespace) -> int:
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a benchmark suite (methods x seeds x tasks)")
     p.add_argument("--suite", required=True, help="quick, standard, or a suite YAML file")
-    p.add_argument("--workers", type=int, help="parallel runs (default: sized to the machine)")
+    p.add_argument(
+        "--workers", type=positive_int, help="parallel runs (default: sized to the machine)"
+    )
     p.add_argument("--results", help="results folder (default: runs/bench-SUITE)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     p.add_argument(
@@ -117,7 +120,9 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
         metavar="GLOB",
         help="run only the runs whose names match (repeatable), e.g. 'chain-steps=8-*-s0'",
     )
-    p.add_argument("--threads", type=int, help="torch threads per run (default: cores / workers)")
+    p.add_argument(
+        "--threads", type=positive_int, help="torch threads per run (default: cores / workers)"
+    )
     add_set_option(p, "override a config field of every run (repeatable)")
     p.set_defaults(func=_cmd_bench)
 
@@ -126,12 +131,12 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", help="a YAML run config (default: the defaults)")
     add_set_option(p)
-    p.add_argument("--repeats", type=int, default=3, help="steps per median (default 3)")
+    p.add_argument("--repeats", type=positive_int, default=3, help="steps per median (default 3)")
     p.add_argument(
         "--methods", nargs="*", help="methods to time one step of (default: all; none: skip)"
     )
     p.add_argument("--no-trl", action="store_true", help="skip the TRL GRPOTrainer step")
-    p.add_argument("--threads", type=int)
+    p.add_argument("--threads", type=positive_int)
     p.set_defaults(func=_cmd_perf)
 
     p = sub.add_parser(
@@ -145,8 +150,8 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--reference", default="oracle", help="whose mean gradient to agree with (default oracle)"
     )
-    p.add_argument("--batches", type=int, default=12, help="batches (default 12)")
-    p.add_argument("--threads", type=int)
+    p.add_argument("--batches", type=positive_int, default=12, help="batches (default 12)")
+    p.add_argument("--threads", type=positive_int)
     p.set_defaults(func=_cmd_gradients)
 
     p = sub.add_parser(
@@ -155,9 +160,11 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", help="a YAML run config (default: the defaults)")
     add_set_option(p)
-    p.add_argument("--batches", type=int, default=2, help="batches (default 2)")
-    p.add_argument("--states", type=int, default=120, help="states per batch (default 120)")
-    p.add_argument("--samples", type=int, default=256, help="continuations a state (256)")
+    p.add_argument("--batches", type=positive_int, default=2, help="batches (default 2)")
+    p.add_argument(
+        "--states", type=positive_int, default=120, help="states per batch (default 120)"
+    )
+    p.add_argument("--samples", type=positive_int, default=256, help="continuations a state (256)")
     p.add_argument("--out", help="write one CSV row per state here")
-    p.add_argument("--threads", type=int)
+    p.add_argument("--threads", type=positive_int)
     p.set_defaults(func=_cmd_values)

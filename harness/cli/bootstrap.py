@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from creditbench.harness.cli.common import usage_error
+from creditbench.harness.cli.common import positive_int, usage_error
 
 
 def parse_task_options(items: list[str]) -> dict[str, Any]:
@@ -153,8 +153,8 @@ def add_bootstrap_commands(subparsers: Any) -> None:
         help="a task option (repeatable); the value is read as JSON, else as text",
     )
     p.add_argument("--preset", help="model preset: nano, tiny (default), small or base")
-    p.add_argument("--steps", type=int, help="SFT optimizer steps")
-    p.add_argument("--batch-size", type=int, help="SFT examples per step")
+    p.add_argument("--steps", type=positive_int, help="SFT optimizer steps")
+    p.add_argument("--batch-size", type=positive_int, help="SFT examples per step")
     p.add_argument("--lr", type=float, help="peak learning rate")
     p.add_argument("--seed", type=int, help="bootstrap seed")
     p.add_argument("--teacher", action="store_true", help="the stronger teacher checkpoint")
@@ -164,8 +164,10 @@ def add_bootstrap_commands(subparsers: Any) -> None:
     p.add_argument("--out", help="also copy the checkpoint to this new directory")
     p.add_argument("--ship", action="store_true", help="copy it into the package's assets")
     p.add_argument("--bench", action="store_true", help="print accuracies on the eval split")
-    p.add_argument("--n-eval", type=int, default=200, help="eval problems for --bench")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="generation length cap")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--n-eval", type=positive_int, default=200, help="eval problems for --bench")
+    p.add_argument("--max-new-tokens", type=positive_int, default=256, help="generation length cap")
+    p.add_argument(
+        "--threads", type=positive_int, help="torch CPU threads (default: torch's choice)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_bootstrap)

@@ -15,6 +15,20 @@ def usage_error(command: str, message: str) -> int:
     return EXIT_USAGE
 
 
+def positive_int(text: str) -> int:
+    """An argparse type for counts (threads, workers, repeats, problems, tokens): an integer
+    >= 1, or argparse's usage error naming the flag (exit 2). 0 is never "not given"."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 (got {value})")
+    return value
+
+
 def set_threads(threads: int | None) -> None:
     if threads:
         import torch

@@ -6,12 +6,7 @@ import argparse
 import random
 import sys
 
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {value})")
-    return value
+from creditbench.harness.cli.common import positive_int
 
 
 def _option(text: str) -> tuple[str, object]:
@@ -31,7 +26,7 @@ def add_data_commands(subparsers) -> None:
     p.set_defaults(func=_cmd_list)
     p = sub.add_parser("show", help="print a few problems of a task")
     p.add_argument("task", help="a task name (see 'creditbench data list')")
-    p.add_argument("--n", type=_positive, default=3, help="how many problems (default 3)")
+    p.add_argument("--n", type=positive_int, default=3, help="how many problems (default 3)")
     p.add_argument("--split", default="eval", help="train or eval (real data: test = eval)")
     p.add_argument("--seed", type=int, default=0, help="picks the problems and the samples")
     p.add_argument(

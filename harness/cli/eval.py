@@ -10,7 +10,12 @@ import argparse
 import json
 from pathlib import Path
 
-from creditbench.harness.cli.common import quiet_transformers, set_threads, usage_error
+from creditbench.harness.cli.common import (
+    positive_int,
+    quiet_transformers,
+    set_threads,
+    usage_error,
+)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -106,12 +111,12 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--model", help="any Hugging Face causal LM directory")
     p.add_argument("--task", help="default: the run's task (with --checkpoint), else chain")
     p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--n", type=int, help="eval problems")
-    p.add_argument("--k", type=int, help="samples per problem for the sampled accuracy")
+    p.add_argument("--n", type=positive_int, help="eval problems")
+    p.add_argument("--k", type=positive_int, help="samples per problem for the sampled accuracy")
     p.add_argument("--temperature", type=float)
-    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--max-new-tokens", type=positive_int)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int)
+    p.add_argument("--threads", type=positive_int)
     p.add_argument(
         "--decode-with",
         metavar="METHOD",

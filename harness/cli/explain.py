@@ -17,6 +17,7 @@ from pathlib import Path
 
 from creditbench.harness.cli.common import (
     add_set_option,
+    positive_int,
     quiet_transformers,
     set_threads,
     usage_error,
@@ -102,8 +103,10 @@ def add_explain_command(subparsers) -> None:
     p.add_argument("run", nargs="?", help="a run directory that logged responses.jsonl")
     p.add_argument("--step", type=int, help="the logged step to draw (default: the last)")
     p.add_argument("--methods", help="comma-separated methods, side by side on one fresh batch")
-    p.add_argument("--responses", type=int, default=3, help="failed responses to draw (default 3)")
+    p.add_argument(
+        "--responses", type=positive_int, default=3, help="failed responses to draw (default 3)"
+    )
     add_set_option(p)
     p.add_argument("--out", help="where to write credit.html and credit.png")
-    p.add_argument("--threads", type=int)
+    p.add_argument("--threads", type=positive_int)
     p.set_defaults(func=_cmd_explain)

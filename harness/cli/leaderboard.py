@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.harness.cli.common import usage_error
+from creditbench.harness.cli.common import positive_int, usage_error
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
@@ -78,7 +78,10 @@ def add_leaderboard_commands(subparsers) -> None:
         "--out", default=None, help="where to write (default: the first SOURCE, if a folder)"
     )
     p.add_argument(
-        "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
+        "--reps",
+        type=positive_int,
+        default=2000,
+        help="bootstrap resamples per interval (default 2000)",
     )
     p.add_argument(
         "--records-only", action="store_true", help="write only runs.csv, the runs' records"
@@ -93,9 +96,13 @@ def add_leaderboard_commands(subparsers) -> None:
         "--results",
         help="results folder (default: runs/bench-validation); with --report-only also a runs.csv",
     )
-    p.add_argument("--workers", type=int, help="parallel runs (default: sized to the machine)")
+    p.add_argument(
+        "--workers", type=positive_int, help="parallel runs (default: sized to the machine)"
+    )
     p.add_argument(
         "--report-only", action="store_true", help="only write the report of finished runs"
     )
-    p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument(
+        "--reps", type=positive_int, default=2000, help="bootstrap resamples (default 2000)"
+    )
     p.set_defaults(func=_cmd_validate)

@@ -8,7 +8,7 @@ import sys
 from creditbench.harness.allocator import keep_freed_memory
 from creditbench.harness.cli.bench import add_bench_commands
 from creditbench.harness.cli.bootstrap import add_bootstrap_commands
-from creditbench.harness.cli.common import usage_error
+from creditbench.harness.cli.common import EXIT_USAGE, usage_error
 from creditbench.harness.cli.data import add_data_commands
 from creditbench.harness.cli.eval import add_eval_command
 from creditbench.harness.cli.explain import add_explain_command
@@ -19,8 +19,20 @@ from creditbench.harness.cli.train import add_train_command
 from creditbench.methods.registry import PluginError
 
 
+class _UsageError(Exception):
+    """An argument argparse refused; `main` prints it as one line and returns 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage error of one line (``creditbench train: error: --threads: must be
+    an integer >= 1 (got 0)``), the same as every command's own, returned, not exited."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(f"{self.prog}: error: {message.removeprefix('argument ')}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="creditbench",
         description="Token-level credit assignment for RL with verifiable rewards: "
         "reference methods, a budget-matched harness, a leaderboard.",
@@ -41,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     keep_freed_memory()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as err:
+        print(err, file=sys.stderr)
+        return EXIT_USAGE
     try:
         return int(args.func(args) or 0)
     except PluginError as err:  # any command may be the first to load the registry

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
-from creditbench.harness.cli.common import usage_error
+from creditbench.harness.cli.common import positive_int, usage_error
 from creditbench.methods.registry import UnknownMethodError, get_method, list_methods, method_origin
 
 TEST_PACKAGES = ("pytest", "hypothesis")
@@ -67,7 +67,7 @@ def add_method_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("names", nargs="+", metavar="NAME", help="a registered method")
     p.add_argument(
         "--max-examples",
-        type=int,
+        type=positive_int,
         default=100,
         help="random batches per check (default 100; the same ones on every run)",
     )

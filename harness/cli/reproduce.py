@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.harness.cli.common import usage_error
+from creditbench.harness.cli.common import positive_int, usage_error
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
@@ -52,14 +52,16 @@ def add_reproduce_commands(subparsers) -> None:
         help="cpu: the testbed; paper: the full recipe (default: paper with a CUDA GPU, else cpu)",
     )
     p.add_argument("--results", help="results folder (default: runs/reproduce-CARD)")
-    p.add_argument("--seeds", type=int, help="seeds per method (default: the card's, 3)")
+    p.add_argument("--seeds", type=positive_int, help="seeds per method (default: the card's, 3)")
     p.add_argument(
         "--minutes", type=float, help="cpu: the wall-clock time to plan the budget for (30)"
     )
     p.add_argument("--budget", type=float, help="FLOPs per run, instead of the planned budget")
-    p.add_argument("--steps", type=int, help="paper: optimizer steps per run")
-    p.add_argument("--n-eval", type=int, help="evaluation problems (eval.n_problems)")
-    p.add_argument("--workers", type=int, help="cpu: parallel runs (default: one per core)")
+    p.add_argument("--steps", type=positive_int, help="paper: optimizer steps per run")
+    p.add_argument("--n-eval", type=positive_int, help="evaluation problems (eval.n_problems)")
+    p.add_argument(
+        "--workers", type=positive_int, help="cpu: parallel runs (default: one per core)"
+    )
     p.add_argument("--model-dir", help="paper: a local copy of the paper's model")
     p.add_argument("--task", help="paper: the task when the card's training data is not ours")
     p.add_argument(
@@ -78,7 +80,9 @@ def add_reproduce_commands(subparsers) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan and the runs, run nothing"
     )
-    p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument(
+        "--reps", type=positive_int, default=2000, help="bootstrap resamples (default 2000)"
+    )
     p.add_argument(
         "--engine",
         default="builtin",

@@ -15,6 +15,7 @@ import sys
 
 from creditbench.harness.cli.common import (
     add_set_option,
+    positive_int,
     quiet_transformers,
     set_threads,
     usage_error,
@@ -114,6 +115,6 @@ def add_train_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="the run directory's name (default: METHOD-TASK-sSEED)")
     add_set_option(p)
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_train)

@@ -48,8 +48,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 SUITE_KEYS = (
     "description",
     "methods",
@@ -100,12 +98,12 @@ def suite_path(name: str) -> Path:
 
 
 def load_suite(path: Path) -> dict[str, Any]:
+    from creditbench.harness.config import ConfigError, load_yaml_file
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise SuiteError(f"{where}: invalid YAML") from None
+        data = load_yaml_file(path, "suite")
+    except ConfigError as err:
+        raise SuiteError(str(err)) from None
     if not isinstance(data, dict):
         raise SuiteError(f"{path}: a suite is a mapping")
     for key in data:
@@ -307,12 +305,16 @@ def run_suite(
     from tqdm.auto import tqdm
 
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.records.rundir import RunDir
+    from creditbench.harness.records.rundir import RunDir, check_creatable
     from creditbench.harness.training.trainer import Trainer
 
     path = suite_path(suite)
     runs = expand_suite(load_suite(path), path, list(overrides))
     results_dir = Path(results or f"runs/bench-{path.stem}")
+    try:
+        check_creatable(results_dir, "--results")
+    except ConfigError as err:
+        raise SuiteError(str(err)) from None
     if workers is not None and workers < 1:
         raise SuiteError(f"--workers: must be >= 1 (got {workers})")
     if threads is not None and threads < 1:

@@ -297,18 +297,26 @@ def save_config(cfg: RunConfig, path: str | Path) -> None:
 # Loading: YAML file, then overrides, then validation and method resolution.
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def load_yaml_file(path: Path, what: str = "config file") -> Any:
+    """The YAML document in ``path``; `ConfigError` naming the file (and the line and column of
+    a syntax error) when it cannot be read, is not UTF-8 text, or is not YAML."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
-        raise ConfigError(f"{path}: cannot read config file ({err.strerror})") from None
+        raise ConfigError(f"{path}: cannot read {what} ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    data = load_yaml_file(path)
     if data is None:
         return {}
     if not isinstance(data, dict):

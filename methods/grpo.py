@@ -83,6 +83,9 @@ class GRPOConfig(LossConfig):
                     "must be unbiased or population",
                 ),
                 ("singleton", self.singleton in ("zero", "raw"), "must be zero or raw"),
+                # a negative one flips the sign of a group's advantages where std < -eps; 0 is
+                # safe (a group of equal rewards scores 0) and RRPO's convention
+                ("std_eps", self.std_eps >= 0.0, "must be >= 0"),
             ],
         )
 

@@ -11,6 +11,7 @@ stderr and exit with code 2; nothing is written before the config validates.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from creditbench.harness.cli.common import (
@@ -39,14 +40,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
             if not args.method:
                 return usage_error("train", "--method: required (see `creditbench methods`)")
             overrides = [f"method={args.method}"]
-            if args.task:
+            for flag, value in (("--task", args.task), ("--output", args.output)):
+                if value is not None and not value.strip():  # "" is an error, not "not given"
+                    return usage_error("train", f"{flag}: must not be empty")
+            if args.name is not None and not args.name.strip():
+                return usage_error("train", "--name: must not be empty")
+            if args.task is not None:
                 overrides.append(f"task={args.task}")
             if args.seed is not None:
                 overrides.append(f"seed={args.seed}")
-            if args.output:
-                overrides.append(f"output_dir={args.output}")
-            if args.name:
-                overrides.append(f"run_name={args.name}")
+            if args.output is not None:
+                overrides.append(f"output_dir={json.dumps(args.output)}")
+            if args.name is not None:
+                overrides.append(f"run_name={json.dumps(args.name)}")
             # The trainer resolves the method's options (once); loading only parses and checks.
             config = load_config(args.config, [*overrides, *args.overrides], resolve=False)
             trainer = Trainer(config)

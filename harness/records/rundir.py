@@ -76,6 +76,18 @@ class RunLockedError(RunDirError):
     """Another process is writing the run directory; the message names it."""
 
 
+def check_creatable(path: str | Path, field: str) -> None:
+    """`RunDirError` naming ``field`` unless ``path`` is a folder, or one can be made there: the
+    nearest part of it that exists must be a writable folder, not a file."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise RunDirError(f"{field}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise RunDirError(f"{field}: {probe} is not writable")
+
+
 def _torch_save_synced(obj: Any, path: Path) -> None:
     with open(path, "wb") as f:
         torch.save(obj, f)

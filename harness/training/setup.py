@@ -35,6 +35,18 @@ def load_task(config: RunConfig) -> Any:
         raise ConfigError(f"task: {message}") from None
 
 
+def _check_model_folder(path: Path, gguf_file: str | None) -> None:
+    """ConfigError naming ``model.path`` unless it is a folder a model loads from: a
+    transformers folder (``config.json``) or one holding ``model.gguf_file``; checked before a
+    run directory is made, so a corrected path finds nothing half-written."""
+    if not path.is_dir():
+        state = "does not exist" if not path.exists() else "is a file"
+        raise ConfigError(f"model.path: {path} {state}; give a local model folder")
+    wanted = gguf_file or "config.json"
+    if not (path / wanted).is_file():
+        raise ConfigError(f"model.path: {path} has no {wanted}; is it a model folder?")
+
+
 def check_run(config: RunConfig, method_cls: Any, task: Any) -> None:
     """ConfigError for a method that needs step ground truth the task cannot supply, and, when
     the policy is the built-in base policy, for a task or bootstrap option it cannot serve."""
@@ -46,6 +58,7 @@ def check_run(config: RunConfig, method_cls: Any, task: Any) -> None:
             f"that task {config.task!r} cannot supply"
         )
     if config.model.path is not None:
+        _check_model_folder(Path(config.model.path), config.model.gguf_file)
         return
     from creditbench.harness.models.bootstrap import as_bootstrap_config, task_alphabet
 

@@ -33,6 +33,7 @@ from creditbench.harness.records.rundir import (
     MetricsLogger,
     RunDir,
     capture_environment,
+    check_creatable,
     restore_rng_state,
 )
 from creditbench.harness.records.summary import budget_fields, default_run_name, run_summary
@@ -88,6 +89,7 @@ class Trainer:
         if not isinstance(run_dir, RunDir):
             run_dir = RunDir(run_dir if run_dir is not None else run_path(self.config))
         self.run_dir = run_dir
+        check_creatable(run_dir.path, "output_dir")
         run_dir.check_config(to_dict(self.config))  # a finished run of another config too
         self.device = resolve_device(self.config.device)
 

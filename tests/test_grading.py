@@ -7,7 +7,13 @@ import sys
 import pytest
 
 from creditbench.harness.tasks.base import Grade
-from creditbench.harness.tasks.grading import _Verifier, extract_answer, grade_math, last_boxed
+from creditbench.harness.tasks.grading import (
+    UNBALANCED,
+    _Verifier,
+    extract_answer,
+    grade_math,
+    last_boxed,
+)
 
 
 @pytest.mark.parametrize(
@@ -53,7 +59,7 @@ def test_extraction_prefers_boxed_then_hashes_then_the_last_number() -> None:
 def test_boxed_matches_nested_and_escaped_braces() -> None:
     assert last_boxed("\\boxed{\\frac{a}{b}}") == "\\frac{a}{b}"
     assert last_boxed("\\boxed{\\{1, 2\\}}") == "\\{1, 2\\}"
-    assert last_boxed("\\boxed{1} and \\boxed{unclosed") == "1"
+    assert last_boxed("\\boxed{1} and \\boxed{unclosed") is UNBALANCED  # the last one decides
     assert last_boxed("\\boxed 5$") == "5"
     assert last_boxed("nothing") is None
 
@@ -116,3 +122,45 @@ def test_a_crashed_worker_is_reported_and_replaced() -> None:
 def test_grading_still_works_after_a_timeout() -> None:
     grade_math("\\boxed{(10^{8})!}", "3", timeout_s=1.0)
     assert grade_math("\\boxed{\\frac{2}{4}}", "\\frac12").reward == 1.0
+
+
+def test_an_unbalanced_last_box_is_no_answer_not_the_last_number():
+    assert grade_math("so the answer is \\boxed{12", "12").reason == "no answer"
+    assert grade_math("\\boxed{12} then \\boxed{1", "12").reason == "no answer"
+    assert extract_answer("\\boxed{" * 2_800) is None  # one linear pass, then no answer
+
+
+@pytest.mark.parametrize("answer", ["\\boxed{9^{9^{9^{9}}}}", "\\boxed{(10^{100})!}"])
+def test_an_answer_that_runs_out_of_time_is_reported_as_a_timeout(answer):
+    assert grade_math(answer, "7", timeout_s=2.0) == Grade(0.0, "timeout")
+
+
+def test_the_pool_gives_concurrent_calls_their_own_workers_up_to_its_size():
+    import threading
+    import time
+
+    from creditbench.harness.tasks.grading import _Pool
+
+    busy, most = [0], [0]
+    guard = threading.Lock()
+
+    class Slow:
+        def verify(self, gold, answer, timeout_s):
+            with guard:
+                busy[0] += 1
+                most[0] = max(most[0], busy[0])
+            time.sleep(0.2)
+            with guard:
+                busy[0] -= 1
+            return Grade(1.0, "correct")
+
+        def stop(self):
+            pass
+
+    pool = _Pool(3, make=Slow)
+    threads = [threading.Thread(target=pool.verify, args=("1", "1", 1.0)) for _ in range(7)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == 3 and pool._made == 3  # three at once, never a fourth worker

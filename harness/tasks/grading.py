@@ -6,7 +6,9 @@ compared directly; everything else goes to math-verify (``parse`` and ``verify``
 a separate worker process: sympy can be driven into computations that no signal interrupts
 (huge powers, factorials), so the worker is killed when an answer takes longer than
 ``timeout_s`` and a fresh one is started for the next answer. No model output can hang, crash or
-slow down the caller beyond its timeout.
+slow down the caller beyond its timeout. Concurrent calls (threads of a rollout, an evaluation)
+go to a pool of such workers (:data:`POOL_SIZE`), so a slow answer delays only its own call.
+Extraction of the final answer is one linear pass over the response.
 
 Run as ``python -m creditbench.harness.tasks.grading`` this module is that worker.
 """
@@ -22,6 +24,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from creditbench.harness.tasks.base import Grade
@@ -36,11 +39,25 @@ _PLAIN_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 _INTEGER = re.compile(r"-?\d{1,30}")
 
 
+class Unbalanced(str):
+    """What :func:`last_boxed` returns for a last ``\\boxed{`` that never closes: a final
+    answer was begun and not finished, which grades as no answer, never as an earlier box or
+    the last number in the text."""
+
+
+UNBALANCED = Unbalanced()
+
+
 def last_boxed(text: str) -> str | None:
-    """The content of the last complete ``\\boxed{...}`` (or ``\\fbox{...}``), braces matched;
-    escaped braces ``\\{ \\}`` do not count. ``\\boxed 5`` (no braces) also works."""
-    for match in reversed(list(_BOX.finditer(text))):
-        depth, i = 1, match.end()
+    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces matched; escaped
+    braces ``\\{ \\}`` do not count. ``\\boxed 5`` (no braces) also works. A last box that
+    never closes gives :data:`UNBALANCED`. One pass over the text from the last box: linear in
+    its length, whatever the model wrote."""
+    last = None
+    for last in _BOX.finditer(text):  # noqa: B007  (the last match is the one wanted)
+        pass
+    if last is not None:
+        depth, i = 1, last.end()
         while i < len(text):
             char = text[i]
             if char == "\\":
@@ -48,8 +65,9 @@ def last_boxed(text: str) -> str | None:
                 continue
             depth += {"{": 1, "}": -1}.get(char, 0)
             if depth == 0:
-                return text[match.end() : i]
+                return text[last.end() : i]
             i += 1
+        return UNBALANCED
     bare = list(_BOX_BARE.finditer(text))
     return bare[-1].group(1) if bare else None
 
@@ -58,6 +76,8 @@ def extract_answer(response: str) -> str | None:
     """The final answer of a response: the last ``\\boxed{}``, else ``#### N``, else the last
     number; None when there is none."""
     boxed = last_boxed(response)
+    if boxed is UNBALANCED:
+        return None
     if boxed is not None:
         return boxed.strip()
     hashes = _HASHES.findall(response)
@@ -162,6 +182,8 @@ class _Verifier:
             if reply in ("timeout", "crashed"):
                 self.stop()
                 return Grade(0.0, "timeout" if reply == "timeout" else "grader crashed")
+            if reply.get("timeout"):
+                return Grade(0.0, "timeout")
             if reply.get("error"):
                 return Grade(0.0, f"unparsable answer ({reply['error']})")
             return Grade(1.0, "correct") if reply["equal"] else Grade(0.0, "wrong answer")
@@ -173,7 +195,40 @@ def _pump(stream, lines: queue.Queue) -> None:
     lines.put(None)
 
 
-_VERIFIER = _Verifier()
+class _Pool:
+    """Up to ``size`` math-verify workers, started as calls need them: concurrent gradings go
+    to different workers, so one slow answer (killed at its timeout) delays no other."""
+
+    def __init__(self, size: int, make=_Verifier) -> None:
+        self.size, self._make = size, make
+        self._idle: queue.LifoQueue[_Verifier] = queue.LifoQueue()  # warm workers first
+        self._made, self._lock, self._all = 0, threading.Lock(), []
+
+    def _take(self) -> _Verifier:
+        with self._lock:
+            if self._idle.empty() and self._made < self.size:
+                self._made += 1
+                worker = self._make()
+                self._all.append(worker)
+                return worker
+        return self._idle.get()
+
+    def verify(self, gold: str, answer: str, timeout_s: float) -> Grade:
+        worker = self._take()
+        try:
+            return worker.verify(gold, answer, timeout_s)
+        finally:
+            self._idle.put(worker)
+
+    def stop(self) -> None:
+        for worker in self._all:
+            worker.stop()
+
+
+# Wall-clock timeouts end slow answers whatever the load, so a pool wider than the cores still
+# bounds each call; sympy workers weigh ~150 MB each.
+POOL_SIZE = min(16, max(8, os.cpu_count() or 1))
+_VERIFIER = _Pool(POOL_SIZE)
 atexit.register(_VERIFIER.stop)
 
 
@@ -191,6 +246,7 @@ def _worker() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         reply: dict[str, Any] = {"equal": False, "error": None}
+        started = time.monotonic()
         try:
             gold = parse("\\boxed{" + request["gold"] + "}", parsing_timeout=request["timeout"])
             answer = parse("\\boxed{" + request["answer"] + "}", parsing_timeout=request["timeout"])
@@ -200,6 +256,9 @@ def _worker() -> None:
                 reply["equal"] = bool(verify(gold, answer, timeout_seconds=request["timeout"]))
         except BaseException as error:  # a worker reports bad input, it never dies of it
             reply["error"] = type(error).__name__
+        # math-verify's own timeouts answer "not equal"; one that ran its full time is a timeout
+        if not reply["equal"] and time.monotonic() - started >= 0.95 * request["timeout"]:
+            reply["timeout"] = True
         out.write(json.dumps(reply) + "\n")
         out.flush()
 

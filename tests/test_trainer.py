@@ -469,3 +469,57 @@ def test_two_train_commands_into_one_run_one_runs_and_one_exits_2(nano_policy, t
     assert main(args) == 0
     records = (tmp_path / "same" / "metrics.jsonl").read_text().splitlines()
     assert len([r for r in records if '"eval"' not in r]) == 5  # one writer's records, once
+
+
+def test_a_disk_full_during_a_checkpoint_keeps_the_last_one_and_resume_continues(
+    test_methods, nano_policy, tmp_path, monkeypatch
+):
+    import errno
+
+    from creditbench.harness.records import rundir
+
+    extra = ("budget.amount=6", "checkpoint_every=2", "eval.k_samples=0")
+    reference = run(nano_policy, tmp_path / "reference", TOKEN_METHOD, *extra)
+    real_save, calls = rundir._torch_save_synced, []
+
+    def full_disk_at_the_second_checkpoint(obj, path):
+        calls.append(path)
+        if path.name == "optimizer.pt" and len([c for c in calls if c.name == path.name]) == 2:
+            real_save(obj, path)  # a part of the file is written, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(obj, path)
+
+    monkeypatch.setattr(rundir, "_torch_save_synced", full_disk_at_the_second_checkpoint)
+    with pytest.raises(OSError, match="No space left"):
+        run(nano_policy, tmp_path / "full", TOKEN_METHOD, *extra)
+    monkeypatch.setattr(rundir, "_torch_save_synced", real_save)
+    full = RunDir(tmp_path / "full")
+    assert full.latest_checkpoint().name == "step-000002"  # the last complete one
+    leftovers = [p.name for p in full.checkpoints_path.iterdir()]
+    assert leftovers == ["step-000002"]  # the torn step-4 checkpoint is gone
+    assert not full.is_finished()
+    resumed = Trainer.resume(full).train()
+    assert without_time(full.read_metrics()) == without_time(
+        RunDir(tmp_path / "reference").read_metrics()
+    )
+    assert resumed["steps"] == reference["steps"] == 6
+
+
+def test_train_stops_on_a_full_disk_with_one_line_naming_resume(
+    test_methods, nano_policy, tmp_path, monkeypatch, capsys
+):
+    import errno
+
+    from creditbench.harness.records import rundir
+
+    def full(obj, path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(rundir, "_torch_save_synced", full)
+    args = ["train", "--method", TOKEN_METHOD, "--output", str(tmp_path), "--name", "r", "--quiet"]
+    for item in overrides(nano_policy):
+        args += ["--set", item]
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert "stopped: cannot write" in err and "No space left on device" in err
+    assert f"--resume {tmp_path / 'r'}" in err and len(err.splitlines()) == 1

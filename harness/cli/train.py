@@ -70,6 +70,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except NonFiniteError as err:
         print(f"creditbench train: stopped: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # a full disk, a folder gone read-only: the last checkpoint stands
+        where = f"{err.filename}: " if err.filename else ""
+        print(
+            f"creditbench train: stopped: cannot write {where}{err.strerror or err}; the last "
+            f"complete checkpoint is kept: creditbench train --resume {trainer.run_dir.path}",
+            file=sys.stderr,
+        )
+        return 1
     finally:
         bar.close()
     print(f"{trainer.run_dir.path}")

@@ -10,8 +10,9 @@ names: it calls `CreditMethod.rollout`, `CreditMethod.advantages` and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 import torch
@@ -113,6 +114,13 @@ class LossConfig:
     clip: bool = True
 
     def __post_init__(self) -> None:
+        # every number of every method's Config is finite: NaN passes no comparison a range
+        # check makes, and an infinite weight or clip is never what a recipe means (clip=False
+        # is the unclipped loss)
+        for field_ in fields(self):
+            value = getattr(self, field_.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{field_.name}: must be a finite number (got {value})")
         checks = [
             ("eps_low", 0.0 <= self.eps_low < 1.0, "must be in [0, 1)"),
             ("eps_high", self.eps_high >= 0.0, "must be >= 0"),

@@ -48,6 +48,10 @@ CASES = [
     ([*TRAIN, "--set", "rollout.group_size=0"], "rollout.group_size"),
     ([*TRAIN, "--set", "method_options.std_eps=-1"], "method_options.std_eps: must be >= 0"),
     ([*TRAIN, "--set", "method_options.eps_low=2"], "eps_low"),
+    ([*TRAIN, "--set", "method_options.kl_coef=.inf"], "kl_coef: must be a finite number"),
+    ([*TRAIN, "--set", "method_options.eps_high=.nan"], "eps_high: must be a finite number"),
+    (["train", "--method", "rloo", "--set", "method_options.singleton=one"], "singleton"),
+    (["train", "--method", "dapo", "--set", "method_options.nosuch=1"], "nosuch"),
     ([*TRAIN, "--set", "rollout.top_p=[1"], "not valid YAML"),
     ([*TRAIN, "--config", "{tmp}/notutf8.yaml"], "notutf8.yaml: not UTF-8 text"),
     ([*TRAIN, "--config", "{tmp}/nosuch.yaml"], "nosuch.yaml: cannot read config file"),
@@ -98,3 +102,31 @@ def test_a_bad_input_is_one_line_exit_2_and_writes_nothing(folder, capsys, argv,
 
 def test_the_catalogue_has_a_case_for_every_kind_it_promises():
     assert len(CASES) >= 50 and len({tuple(argv) for argv, _ in CASES}) == len(CASES)
+
+
+def _float_fields():
+    import dataclasses
+
+    from creditbench.methods.registry import list_methods
+
+    seen = {}
+    for cls in list_methods().values():
+        for config in cls.config_classes():
+            for field in dataclasses.fields(config):
+                if isinstance(field.default, float) or field.default is None:
+                    seen.setdefault((config.__name__, field.name), (config, field.name))
+    return sorted(seen.values(), key=lambda item: (item[0].__name__, item[1]))
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_no_number_of_any_method_config_may_be_nan_or_infinite(value):
+    fields = _float_fields()
+    assert len(fields) > 100  # every method's loss fields and its own
+    accepted = []
+    for config, name in fields:
+        try:
+            config(**{name: value})
+            accepted.append(f"{config.__name__}.{name}")
+        except (ValueError, TypeError):
+            pass
+    assert accepted == []

@@ -523,3 +523,30 @@ def test_train_stops_on_a_full_disk_with_one_line_naming_resume(
     err = capsys.readouterr().err.strip()
     assert "stopped: cannot write" in err and "No space left on device" in err
     assert f"--resume {tmp_path / 'r'}" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "state without its meter"])
+def test_resume_from_a_damaged_checkpoint_is_one_line_naming_it(
+    test_methods, nano_policy, tmp_path, capsys, damage
+):
+    import json as json_
+
+    extra = ("budget.amount=4", "checkpoint_every=2", "eval.k_samples=0")
+    run(nano_policy, tmp_path / "r", TOKEN_METHOD, *extra)
+    folder = RunDir(tmp_path / "r")
+    folder.summary_path.unlink()  # as if killed after its last checkpoint
+    latest = folder.latest_checkpoint()
+    if damage == "truncated weights":
+        weights = latest / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    else:
+        state = json_.loads((latest / "trainer_state.json").read_text())
+        del state["meter"]
+        (latest / "trainer_state.json").write_text(json_.dumps(state))
+    capsys.readouterr()  # what the first run printed
+    assert main(["train", "--resume", str(folder.path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{latest}: cannot resume from this checkpoint" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    if damage != "truncated weights":
+        assert "missing 'meter'" in err

@@ -32,6 +32,7 @@ from creditbench.harness.diagnostics.step import batch_statistics, step_diagnost
 from creditbench.harness.records.rundir import (
     MetricsLogger,
     RunDir,
+    RunDirError,
     capture_environment,
     check_creatable,
     restore_rng_state,
@@ -333,17 +334,26 @@ class Trainer:
             self.run_dir.truncate_metrics(-1)
             return
         saved = self.run_dir.load_checkpoint(latest)
+        from safetensors import SafetensorError
         from safetensors.torch import load_model
 
-        load_model(
-            self.policy, str(Path(saved["path"]) / "model.safetensors"), device=str(self.device)
-        )
-        self.optimizer.load_state_dict(saved["optimizer_state"])
-        self.services.scorers.load_auxiliary_state(saved["auxiliary_state"])
-        state = saved["trainer_state"]
-        self.step = int(state["step"])
-        self.meter.load_state_dict(state["meter"])
-        self.evals = list(state["evals"])
+        try:
+            load_model(
+                self.policy, str(Path(saved["path"]) / "model.safetensors"), device=str(self.device)
+            )
+            self.optimizer.load_state_dict(saved["optimizer_state"])
+            self.services.scorers.load_auxiliary_state(saved["auxiliary_state"])
+            state = saved["trainer_state"]
+            self.step = int(state["step"])
+            self.meter.load_state_dict(state["meter"])
+            self.evals = list(state["evals"])
+        except (SafetensorError, OSError, KeyError, TypeError, ValueError, RuntimeError) as err:
+            # a checkpoint damaged after it was marked complete (a truncated copy, an edit)
+            missing = f"missing {err}" if isinstance(err, KeyError) else str(err).splitlines()[0]
+            raise RunDirError(
+                f"{latest}: cannot resume from this checkpoint ({missing}); move it away to "
+                "resume from the one before"
+            ) from None
         self.run_dir.truncate_metrics(self.step)
         self.services.on_policy_updated()
         restore_rng_state(saved["rng_state"])

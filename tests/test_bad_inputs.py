@@ -58,6 +58,15 @@ CASES = [
     ([*TRAIN, "--set", "model.path={tmp}/nosuch"], "model.path: {tmp}/nosuch does not exist"),
     ([*TRAIN, "--set", "model.path={tmp}/afile"], "model.path: {tmp}/afile is a file"),
     ([*TRAIN, "--set", "model.path={tmp}"], "model.path: {tmp} has no config.json"),
+    (
+        [*TRAIN, "--set", "model.path={tmp}/broken"],
+        "model.path: {tmp}/broken/config.json: not JSON",
+    ),
+    ([*TRAIN, "--set", "model.path={tmp}/empty"], "model.path: {tmp}/empty/config.json: not JSON"),
+    (["eval", "--model", "{tmp}/broken"], "--model: {tmp}/broken/config.json: not JSON (line 2"),
+    (["eval", "--model", "{tmp}/empty"], "--model: {tmp}/empty/config.json: not JSON (line 1"),
+    (["eval", "--model", "{tmp}/nomodeltype"], "config.json: no model_type"),
+    (["eval", "--model", "{tmp}/nosuch"], "--model: {tmp}/nosuch is not a model directory"),
     (["train", "--method", "grpo", "--output", "{tmp}/afile"], "output_dir: {tmp}/afile is a file"),
     (["train", "--method", "grpo", "--output", "{tmp}/afile/x"], "output_dir: {tmp}/afile is a"),
     (["train", "--resume", "{tmp}/nosuch"], "--resume: {tmp}/nosuch holds no run"),
@@ -85,6 +94,9 @@ CASES = [
 def folder(tmp_path):
     (tmp_path / "afile").write_text("not a folder\n")
     (tmp_path / "notutf8.yaml").write_bytes(b"method: grpo\n\xff\xfe: 1\n")
+    for name, text in (("broken", "{\n"), ("empty", ""), ("nomodeltype", '{"a": 1}')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(text)
     return tmp_path
 
 

@@ -51,7 +51,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except (ConfigError, KeyError, TypeError, ValueError) as err:
         message = err.args[0] if err.args else str(err)
         return usage_error("eval", str(message))
-    model, tokenizer = load_policy(source)
+    try:
+        model, tokenizer = load_policy(source)
+    except ConfigError as err:
+        return usage_error("eval", f"{flag}: {err}")
     result = evaluate(
         model,
         tokenizer,

@@ -17,6 +17,7 @@ tokenizer they are saved with.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import uuid
@@ -34,6 +35,8 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+
+from creditbench.harness.typed import ConfigError
 
 SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>")
 
@@ -134,6 +137,25 @@ def build_model(preset: str, tokenizer: PreTrainedTokenizerBase, seed: int) -> Q
     return model
 
 
+class ModelLoadError(ConfigError):
+    """A model folder that transformers cannot load; the message names the folder or file."""
+
+
+def check_model_config(path: Path) -> None:
+    """`ModelLoadError` unless ``path`` is a transformers ``config.json``: read before anything
+    else, so that an empty or broken one is named, not blamed on the tokenizer."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path}: missing; is {path.parent} a model folder?") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"{path}: cannot read it ({err})") from None
+    except json.JSONDecodeError as err:
+        raise ModelLoadError(f"{path}: not JSON (line {err.lineno}: {err.msg})") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ModelLoadError(f"{path}: no model_type, so not a transformers model config")
+
+
 def load_policy(
     path: str | Path,
     *,
@@ -152,11 +174,19 @@ def load_policy(
         raise FileNotFoundError(f"policy: {path} is not a directory")
     if gguf_file is not None and not (path / gguf_file).is_file():
         raise FileNotFoundError(f"gguf_file: {path / gguf_file} does not exist")
+    if gguf_file is None:
+        check_model_config(path / "config.json")
     extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+    from safetensors import SafetensorError
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **extra)
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ModelLoadError(f"{path}: cannot load a model from it ({first})") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **extra)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).eval(), tokenizer

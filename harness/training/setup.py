@@ -45,6 +45,13 @@ def _check_model_folder(path: Path, gguf_file: str | None) -> None:
     wanted = gguf_file or "config.json"
     if not (path / wanted).is_file():
         raise ConfigError(f"model.path: {path} has no {wanted}; is it a model folder?")
+    if gguf_file is None:
+        from creditbench.harness.models.modeling import check_model_config
+
+        try:
+            check_model_config(path / wanted)
+        except ConfigError as err:
+            raise ConfigError(f"model.path: {err}") from None
 
 
 def check_run(config: RunConfig, method_cls: Any, task: Any) -> None:

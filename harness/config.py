@@ -85,6 +85,12 @@ class ModelConfig:
         )
 
 
+# ours: a bound on the responses of one step that no recipe comes near (DAPO samples 8,192 a
+# step, verl's default batch 8,192 at 8 a prompt) and that keeps a mistyped size from failing
+# with a MemoryError deep in the first rollout
+MAX_RESPONSES_PER_STEP = 1 << 20
+
+
 @dataclass
 class RolloutConfig:
     """How each step samples: ``prompts_per_step`` prompts, ``group_size`` responses each.
@@ -106,6 +112,11 @@ class RolloutConfig:
             [
                 ("prompts_per_step", self.prompts_per_step >= 1, "must be >= 1"),
                 ("group_size", self.group_size >= 1, "must be >= 1"),
+                (
+                    "group_size",
+                    self.prompts_per_step * self.group_size <= MAX_RESPONSES_PER_STEP,
+                    f"times prompts_per_step must be <= {MAX_RESPONSES_PER_STEP:,} a step",
+                ),
                 ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
                 ("temperature", self.temperature > 0, "must be > 0"),
                 ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),

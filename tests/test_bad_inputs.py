@@ -46,6 +46,7 @@ CASES = [
     ([*TRAIN, "--task", "nosuch"], "task"),
     ([*TRAIN, "--set", "rollout.group_sise=4"], "group_sise"),
     ([*TRAIN, "--set", "rollout.group_size=0"], "rollout.group_size"),
+    ([*TRAIN, "--set", "rollout.group_size=100000000"], "rollout.group_size: times prompts_per"),
     ([*TRAIN, "--set", "method_options.std_eps=-1"], "method_options.std_eps: must be >= 0"),
     ([*TRAIN, "--set", "method_options.eps_low=2"], "eps_low"),
     ([*TRAIN, "--set", "method_options.kl_coef=.inf"], "kl_coef: must be a finite number"),

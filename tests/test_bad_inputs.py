@@ -91,6 +91,106 @@ CASES = [
 ]
 
 
+# every field of the run config refuses what it cannot mean, naming itself
+SETTINGS = [
+    ("rollout.temperature=0", "rollout.temperature: must be > 0"),
+    ("rollout.top_p=0", "rollout.top_p: must be in (0, 1]"),
+    ("rollout.top_p=1.5", "rollout.top_p: must be in (0, 1]"),
+    ("rollout.max_new_tokens=0", "rollout.max_new_tokens: must be >= 1"),
+    ("rollout.backend=nosuch", "rollout.backend: must be one of"),
+    ("rollout.prompts_per_step=-1", "rollout.prompts_per_step: must be >= 1"),
+    ("rollout.group_size=1.5", "rollout.group_size: expected an integer"),
+    ("rollout.group_size=true", "rollout.group_size: expected an integer"),
+    ("rollout=3", "rollout: expected a mapping"),
+    ("train.lr=-1", "train.lr: must be > 0"),
+    ("train.lr=abc", "train.lr: expected a number"),
+    ("train.optimizer=nosuch", "train.optimizer: must be one of adamw, sgd"),
+    ("train.grad_clip=-1", "train.grad_clip: must be >= 0"),
+    ("train.minibatches=0", "train.minibatches: must be >= 1"),
+    ("train.ppo_epochs=0", "train.ppo_epochs: must be >= 1"),
+    ("train.weight_decay=-1", "train.weight_decay: must be >= 0"),
+    ("train.adam_betas=[2,0]", "train.adam_betas: must be in [0, 1)"),
+    ("train.micro_batch_size=-1", "train.micro_batch_size: must be >= 0"),
+    ("budget.unit=nosuch", "budget.unit: must be one of"),
+    ("budget.amount=-1", "budget.amount: must be >= 0"),
+    ("budget.eval_fractions=[1.5]", "budget.eval_fractions: must lie in [0, 1]"),
+    ("budget.eval_fractions=3", "budget.eval_fractions: expected a list"),
+    ("eval.n_problems=0", "eval.n_problems: must be >= 1"),
+    ("eval.k_samples=-1", "eval.k_samples: must be >= 0"),
+    ("eval.batch_size=0", "eval.batch_size: must be >= 1"),
+    ("device=nosuch", "device: must be auto, cpu, cuda"),
+    ("checkpoint_every=0", "checkpoint_every: must be >= 1"),
+    ("seed=abc", "seed: expected an integer"),
+    ("model.preset=nosuch", "preset: must be one of nano, tiny, small, base"),
+    ("model.dtype=nosuch", "model.dtype: must be one of"),
+    ("nosuch=1", "unknown key 'nosuch'"),
+    ("task_options.steps=0", "task: steps: must be 1..64"),
+    ("task_options.nosuch=1", "task: nosuch: unknown option of task chain"),
+    ("method_options.eps_low=-0.1", "method_options.eps_low: must be in [0, 1)"),
+    ("method_options.eps_high=-1", "method_options.eps_high: must be >= 0"),
+    ("method_options.dual_clip=0.5", "method_options.dual_clip: must be > 1 or null"),
+    ("method_options.ratio_level=nosuch", "method_options.ratio_level: must be token or"),
+    ("method_options.aggregation=nosuch", "method_options.aggregation: must be one of"),
+    ("method_options.kl_kind=k9", "method_options.kl_kind: must be k1, k2 or k3"),
+    ("method_options.horizon=-1", "method_options.horizon: must be >= 0"),
+    ("method_options.kl_coef=-1", "method_options.kl_coef: must be >= 0"),
+]
+CASES += [([*TRAIN, "--set", setting], message) for setting, message in SETTINGS]
+CASES += [
+    # options of particular methods
+    (
+        ["train", "--method", "dapo", "--set", "method_options.overlong_cache_length=-1"],
+        "method_options.overlong_cache_length: must be >= 0",
+    ),
+    (
+        ["train", "--method", "vineppo", "--set", "method_options.rollouts_per_state=0"],
+        "method_options.rollouts_per_state: must be an integer >= 1",
+    ),
+    (
+        ["train", "--method", "sdpo", "--set", "method_options.top_k=0"],
+        "method_options.top_k: must be >= 1",
+    ),
+    (
+        ["train", "--method", "tempo", "--set", "method_options.td_weight=-1"],
+        "method_options.td_weight: must be a number >= 0",
+    ),
+    (["train", "--method", "oracle", "--task", "gsm8k"], "'oracle' needs step ground truth"),
+    # files and folders
+    ([*TRAIN, "--config", "{tmp}/list.yaml"], "list.yaml: the top level must be a mapping"),
+    ([*TRAIN, "--config", "{tmp}/unknown.yaml"], "unknown key 'nosuch'"),
+    ([*TRAIN, "--config", "{tmp}/broken"], "broken: cannot read config file (Is a directory)"),
+    (["train", "--method", "grpo", "--seed", "abc"], "--seed: invalid int value: 'abc'"),
+    (["eval", "--checkpoint", "{tmp}/nosuch"], "--checkpoint: {tmp}/nosuch is not a model"),
+    (["eval", "--model", "{tmp}/broken", "--decode-with", "nosuch"], "decode-with"),
+    (["eval", "--task", "chain"], "one of the arguments --checkpoint --model is required"),
+    (["bench", "--suite", "{tmp}/suite_unknown.yaml"], "suite_unknown.yaml: unknown key 'nosuch'"),
+    (["bench", "--suite", "{tmp}/broken"], "--suite: {tmp}/broken does not exist"),
+    (["bench", "--suite", "{tmp}/list.yaml"], "list.yaml: a suite is a mapping"),
+    (["leaderboard", "{tmp}/broken"], "{tmp}/broken: holds no finished run"),
+    (["explain", "{tmp}/nosuch"], "RUN: {tmp}/nosuch holds no run"),
+    (["explain", "--methods", "nosuch"], "method: unknown method 'nosuch'"),
+    (["validate", "--results", "{tmp}/list.yaml", "--report-only"], "is neither a folder nor"),
+    # the other verbs
+    (["reproduce", "dapo", "--scale", "gpu"], "--scale: invalid choice: 'gpu'"),
+    (["reproduce", "dapo", "--budget", "-1", "--scale", "cpu"], "--budget: must be > 0 FLOPs"),
+    (["reproduce", "dapo", "--n-eval", "0"], "--n-eval: must be an integer >= 1"),
+    (
+        ["reproduce", "dapo", "--scale", "paper", "--task", "nosuch", "--steps", "3", "--dry-run"],
+        "--task: unknown task 'nosuch'",
+    ),
+    (["conformance", "nosuch"], "NAME: unknown method 'nosuch'"),
+    (["bootstrap", "--task", "nosuch"], "--task: unknown task 'nosuch'"),
+    (["bootstrap", "--preset", "nosuch"], "--preset: must be one of nano, tiny, small, base"),
+    (["bootstrap", "--task-option", "bad"], "--task-option: expected key=value"),
+    (["data", "show", "chain", "--split", "nosuch"], "split: the chain task has train and eval"),
+    (["gradients", "--methods", "nosuch"], "--methods: unknown method 'nosuch'"),
+    (["perf", "--set", "rollout.group_size=0"], "rollout.group_size: must be >= 1"),
+    (["values", "--batches", "0"], "--batches: must be an integer >= 1"),
+    (["values", "--samples", "0"], "--samples: must be an integer >= 1"),
+    (["nosuch"], "invalid choice: 'nosuch'"),
+]
+
+
 @pytest.fixture
 def folder(tmp_path):
     (tmp_path / "afile").write_text("not a folder\n")
@@ -98,6 +198,9 @@ def folder(tmp_path):
     for name, text in (("broken", "{\n"), ("empty", ""), ("nomodeltype", '{"a": 1}')):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(text)
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    (tmp_path / "unknown.yaml").write_text("nosuch: 1\n")
+    (tmp_path / "suite_unknown.yaml").write_text("description: x\nnosuch: 1\n")
     return tmp_path
 
 
@@ -114,7 +217,7 @@ def test_a_bad_input_is_one_line_exit_2_and_writes_nothing(folder, capsys, argv,
 
 
 def test_the_catalogue_has_a_case_for_every_kind_it_promises():
-    assert len(CASES) >= 50 and len({tuple(argv) for argv, _ in CASES}) == len(CASES)
+    assert len(CASES) >= 130 and len({tuple(argv) for argv, _ in CASES}) == len(CASES)
 
 
 def _float_fields():

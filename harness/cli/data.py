@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 
-from creditbench.harness.cli.common import positive_int
+from creditbench.harness.cli.common import positive_int, usage_error
 
 
 def _option(text: str) -> tuple[str, object]:
@@ -59,13 +58,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
         task = get_task(args.task, **dict(args.option))
         problems = task.problems(args.split)
     except (UnknownTaskError, ValueError, TypeError, MissingPackageError) as error:
-        print(f"creditbench data show: {error}", file=sys.stderr)
-        return 2
+        return usage_error("data show", str(error.args[0] if error.args else error))
     if not problems:
-        print(
-            f"creditbench data show: split {args.split!r} of {args.task} is empty", file=sys.stderr
-        )
-        return 2
+        return usage_error("data show", f"--split: {args.split!r} of {args.task} is empty")
     rng = random.Random(args.seed)
     picks = sorted(rng.sample(range(len(problems)), min(args.n, len(problems))))
     for index in picks:

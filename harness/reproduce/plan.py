@@ -228,6 +228,13 @@ def paper_plan(
         card=card, scale="paper", methods=methods, skipped=skipped, seeds=_seeds(card, seeds)
     )
     plan.task = task or recipe.task or ""
+    if task is not None:
+        from creditbench.harness.tasks import list_tasks
+
+        if task not in list_tasks():
+            raise ReproduceError(
+                f"--task: unknown task {task!r}; known tasks: {', '.join(list_tasks())}"
+            )
     if not plan.task:
         state = "unknown" if "training_data" in recipe.unknown else "not one of our tasks"
         raise ReproduceError(

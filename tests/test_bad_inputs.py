@@ -188,6 +188,8 @@ CASES += [
     (["values", "--batches", "0"], "--batches: must be an integer >= 1"),
     (["values", "--samples", "0"], "--samples: must be an integer >= 1"),
     (["nosuch"], "invalid choice: 'nosuch'"),
+    (["leaderboard", "{tmp}", "--out", "{tmp}/afile"], "--out: {tmp}/afile is a file"),
+    (["leaderboard", "{tmp}", "--out", "{tmp}/afile/board"], "--out: {tmp}/afile is a file"),
 ]
 
 
@@ -246,3 +248,32 @@ def test_no_number_of_any_method_config_may_be_nan_or_infinite(value):
         except (ValueError, TypeError):
             pass
     assert accepted == []
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["train", "--method", "grpo", "--output", "{tmp}/ro/runs"], "output_dir"),
+        (["bench", "--suite", "quick", "--results", "{tmp}/ro/bench"], "--results"),
+        (["leaderboard", "{tmp}", "--out", "{tmp}/ro/board"], "--out"),
+    ],
+)
+def test_a_folder_that_cannot_be_written_is_named_before_anything_runs(
+    folder, capsys, monkeypatch, argv, flag
+):
+    import os
+
+    readonly = folder / "ro"
+    readonly.mkdir()
+    real_access = os.access
+    # this machine runs the tests as root, which may write anywhere: the check asks os.access,
+    # so a folder is made read-only for it
+    monkeypatch.setattr(
+        os,
+        "access",
+        lambda path, mode: False if str(path) == str(readonly) else real_access(path, mode),
+    )
+    assert main([a.format(tmp=folder) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{flag}: {readonly} is not writable" in err and len(err.splitlines()) == 1
+    assert list(readonly.iterdir()) == []

@@ -13,10 +13,14 @@ from creditbench.harness.cli.common import positive_int, usage_error
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
+    from creditbench.harness.records.rundir import RunDirError, check_creatable
     from creditbench.leaderboard import LeaderboardError, render
 
-    if args.reps < 1:
-        return usage_error("leaderboard", f"--reps: must be >= 1 (got {args.reps})")
+    try:
+        if args.out is not None:
+            check_creatable(args.out, "--out")
+    except RunDirError as err:
+        return usage_error("leaderboard", str(err))
     try:
         paths = render(args.sources, args.out, reps=args.reps, records_only=args.records_only)
     except LeaderboardError as err:
@@ -33,8 +37,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from creditbench.leaderboard.files import RunFormatError, atomic_write_text
     from creditbench.leaderboard.validation import validation_report
 
-    if args.reps < 1:
-        return usage_error("validate", f"--reps: must be >= 1 (got {args.reps})")
     results = Path(args.results or "runs/bench-validation")
     if args.report_only:
         if not results.is_dir() and not (results.is_file() and results.suffix == ".csv"):

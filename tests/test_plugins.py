@@ -271,7 +271,7 @@ def test_conformance_asks_for_the_test_extra_without_hypothesis(monkeypatch, cap
 
 def test_conformance_refuses_a_bad_number_of_examples(capsys) -> None:
     assert main(["conformance", "grpo", "--max-examples", "0"]) == 2
-    assert "--max-examples: must be >= 1 (got 0)" in capsys.readouterr().err
+    assert "--max-examples: must be an integer >= 1 (got 0)" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------

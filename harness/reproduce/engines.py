@@ -164,6 +164,30 @@ from creditbench.integrations.verl import register
 '''
 
 
+def nothing_runs(engine: str, left_out: dict[str, str]) -> ReproduceError:
+    """The error of a launch none of whose rows can run inside ``engine``."""
+    reasons = "; ".join(f"{row}: {why}" for row, why in left_out.items())
+    return ReproduceError(
+        f"--engine {engine.lower()}: no method of the card runs inside {engine}: {reasons}"
+    )
+
+
+def script_start(plan: Plan, what: str) -> tuple[str, list[str]]:
+    """The model path a launch uses (``$MODEL_DIR`` without ``--model-dir``) and the first
+    lines of its ``launch.sh``: ``what`` it runs, strict bash, ``HERE`` the launch's folder,
+    and a check that ``MODEL_DIR`` is set where it is needed."""
+    model = plan.setting_values().get("model.path") or "$MODEL_DIR"
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# creditbench reproduce {plan.card.id} --scale paper: {what}",
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "$0")" && pwd)"',
+    ]
+    if model == "$MODEL_DIR":
+        lines.append(': "${MODEL_DIR:?set MODEL_DIR to a local copy of the model the card names}"')
+    return model, lines
+
+
 def _name(plan: Plan, row: str) -> str:
     """The verl name of a card row: its own, beside the plugin's ``creditbench_<method>`` with
     the method's defaults, which a row's options may differ from."""
@@ -183,23 +207,15 @@ def write_verl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: P
         else:
             rows[row] = (plan.registry_name(row), plan.option_values(row))
     if not rows:
-        raise ReproduceError(
-            "--engine verl: no method of the card runs inside verl: "
-            + "; ".join(f"{row}: {why}" for row, why in launch.left_out.items())
-        )
-    model = plan.setting_values().get("model.path") or "$MODEL_DIR"
-    script = [
-        "#!/usr/bin/env bash",
-        f"# creditbench reproduce {plan.card.id} --scale paper --engine verl: one verl run per",
-        "# card row and seed. Run it where verl and creditbench are installed, on the cluster;",
-        "# the folder may move: every path is relative to it.",
-        "set -euo pipefail",
-        'HERE="$(cd "$(dirname "$0")" && pwd)"',
+        raise nothing_runs("verl", launch.left_out)
+    model, script = script_start(
+        plan, "one verl run per card row and seed, where verl and creditbench are installed"
+    )
+    script.insert(2, "# (on the cluster; the folder may move: every path is relative to it)")
+    script += [
         'export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"',
         "export VERL_USE_EXTERNAL_MODULES=creditbench_plan",
     ]
-    if model == "$MODEL_DIR":
-        script.append(': "${MODEL_DIR:?set MODEL_DIR to a local copy of the model the card names}"')
     env = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=creditbench_plan"
     for run, config in zip(runs, configs, strict=True):
         if run.entry not in rows:

@@ -24,7 +24,7 @@ from typing import Any
 from creditbench.integrations.engine import TRL_GIVES, unsupported_reason
 from creditbench.methods.registry import get_method
 
-from .engines import Launch
+from .engines import Launch, nothing_runs, script_start
 from .plan import Plan
 from .recipe import ReproduceError
 
@@ -167,20 +167,10 @@ def write_trl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: Pa
             "trl": grpo_arguments(config, method),
         }
     if not entries:
-        raise ReproduceError(
-            "--engine trl: no method of the card runs inside TRL: "
-            + "; ".join(f"{row}: {why}" for row, why in launch.left_out.items())
-        )
-    model = plan.setting_values().get("model.path") or "$MODEL_DIR"
-    script = [
-        "#!/usr/bin/env bash",
-        f"# creditbench reproduce {plan.card.id} --scale paper --engine trl: one accelerate",
-        "# launch per card row and seed, on $NUM_GPUS GPUs of this machine (default 1).",
-        "set -euo pipefail",
-        'HERE="$(cd "$(dirname "$0")" && pwd)"',
-    ]
-    if model == "$MODEL_DIR":
-        script.append(': "${MODEL_DIR:?set MODEL_DIR to a local copy of the model the card names}"')
+        raise nothing_runs("TRL", launch.left_out)
+    model, script = script_start(
+        plan, "one TRL run per card row and seed, on $NUM_GPUS GPUs (default 1)"
+    )
     for name in entries:
         command = [
             "accelerate launch",

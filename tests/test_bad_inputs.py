@@ -174,6 +174,7 @@ CASES += [
     (["reproduce", "dapo", "--scale", "gpu"], "--scale: invalid choice: 'gpu'"),
     (["reproduce", "dapo", "--budget", "-1", "--scale", "cpu"], "--budget: must be > 0 FLOPs"),
     (["reproduce", "dapo", "--n-eval", "0"], "--n-eval: must be an integer >= 1"),
+    (["reproduce", "dapo", "--scale", "cpu", "--minutes", "0"], "--minutes: must be > 0"),
     (
         ["reproduce", "dapo", "--scale", "paper", "--task", "nosuch", "--steps", "3", "--dry-run"],
         "--task: unknown task 'nosuch'",

@@ -201,7 +201,8 @@ def reproduce(
         if previous is not None and flops is None and minutes is None:
             flops = previous["amount"]
             print(f"resuming the runs in {folder}: their budget is {flops_text(flops)} FLOPs")
-        finish_cpu_plan(plan, minutes=minutes or DEFAULT_MINUTES, workers=workers, flops=flops)
+        minutes = DEFAULT_MINUTES if minutes is None else minutes  # 0 is an error, not "not given"
+        finish_cpu_plan(plan, minutes=minutes, workers=workers, flops=flops)
     runs = runs_of(plan)
     previous = existing_budget(runs, folder)
     if previous is not None and previous != plan.budget:

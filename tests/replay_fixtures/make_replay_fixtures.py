@@ -5,6 +5,12 @@ A refactor of the harness must not change what a run computes. Each fixture is t
 with the wall-clock fields (``"time"``) removed; the replay test runs the same config on the
 code under test and asks for the same records, bit for bit.
 
+Bit for bit holds for one set of CPU kernels: PyTorch picks its vectorised kernels (and MKL
+its matmul paths) by the instruction set of the machine, and AVX-512 kernels sum in another
+order than AVX2 ones (the update's loss and gradient norm then differ in the eighth digit).
+So the fixture runs are recorded and replayed in a child process pinned to the AVX2 kernels
+(:data:`PINNED_KERNELS`), which every x86-64 machine these tests run on has.
+
 Regenerate only when a change is *meant* to alter what runs compute, and say so in the commit:
 
     python tests/replay_fixtures/make_replay_fixtures.py [method ...]
@@ -13,6 +19,8 @@ Regenerate only when a change is *meant* to alter what runs compute, and say so 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -42,8 +50,28 @@ OVERRIDES = [
 ]
 
 
+# Environment of the child process that runs a fixture run: ATen's and MKL's AVX2 kernels.
+PINNED_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+RECORDS = "replay_records.jsonl"  # what the child leaves in the work folder
+
+
 def replay_records(method: str, workdir: Path) -> list[dict]:
-    """The metrics of the fixture run of ``method`` in ``workdir``, without wall-clock fields."""
+    """The metrics of the fixture run of ``method`` in ``workdir``, without wall-clock fields,
+    run in a child process on :data:`PINNED_KERNELS`."""
+    child = subprocess.run(
+        [sys.executable, __file__, "--records", method, str(workdir)],
+        env={**os.environ, **PINNED_KERNELS},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if child.returncode != 0:
+        raise RuntimeError(f"fixture run of {method} failed:\n{child.stderr[-4000:]}")
+    return [json.loads(line) for line in (workdir / RECORDS).read_text().splitlines()]
+
+
+def _records_here(method: str, workdir: Path) -> list[dict]:
+    """The fixture run itself, in this process."""
     from creditbench.harness.config import load_config
     from creditbench.harness.training.trainer import Trainer
 
@@ -74,4 +102,9 @@ def main(methods: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--records"]:
+        workdir = Path(sys.argv[3])
+        records = _records_here(sys.argv[2], workdir)
+        (workdir / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    else:
+        main(sys.argv[1:])

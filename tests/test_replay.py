@@ -2,12 +2,19 @@
 
 The fixtures (``tests/replay_fixtures/<method>.jsonl``, made by ``make_replay_fixtures.py``
 there) are the metrics of a two-step run on the chain testbed with the shipped base policy.
-Every eval accuracy, reward, advantage statistic, loss statistic and budget count must come
-back bit for bit: a change to the harness that alters what a run computes fails here, and
-one that is meant to must regenerate the fixtures and say so.
+Every count and every sampled outcome must come back exactly, and every floating-point
+statistic (eval accuracy, reward, advantage and loss statistics) to :data:`REL_TOL` relative:
+a change to the harness that alters what a run computes fails here, and one that is meant to
+must regenerate the fixtures and say so.
+
+Why not bit for bit: the runs go on PyTorch's AVX2 kernels whatever the machine's best
+(``PINNED_KERNELS``), and GRPO's records then come back bit for bit on an AVX-512 machine too;
+but eight methods' (those with more passes: continuations, a teacher, a reward model) still
+differed in the 5th to 9th significant digit between the fixtures' AVX2 machine and an AMD
+EPYC one (largest: 5.6e-5 relative, 1e-5 absolute), and no sampled token, count or accuracy
+did. A behaviour change moves a statistic far more than that.
 
 GRPO replays in the default suite; every other method in the slow step (about 45 s each).
-The runs go on PyTorch's AVX2 kernels, whatever the machine's best (``PINNED_KERNELS``).
 """
 
 from __future__ import annotations
@@ -25,24 +32,15 @@ sys.path.insert(0, str(FIXTURES))
 
 from make_replay_fixtures import fixture_path, replay_records  # noqa: E402
 
-# Statistics a method reports once per step (services.report) that were once logged as the
-# token-weighted mean of a constant over micro-batches: equal up to that mean's rounding.
-REPORTED_ONCE = {
-    "repair_attempts",
-    "repair_rate",
-    "edit_frac",
-    "reset_fallback_frac",
-    "fresh_per_prompt",
-    "reset_position",
-    "reset_hits_first_wrong",
-    "reset_clean_frac",
-    "localize_parsed_frac",
-}
+# How far a float statistic may move across CPUs (see the module doc): relative, and absolute
+# for the statistics that are means near 0 (adv_mean of a centred advantage).
+REL_TOL, ABS_TOL = 1e-4, 1e-6
 METHODS = sorted(path.stem for path in FIXTURES.glob("*.jsonl"))
 
 
 def differences(expected: dict, got: dict, where: str = "") -> list[str]:
-    """Paths at which two metrics records differ (exactly, except :data:`REPORTED_ONCE`)."""
+    """Paths at which two metrics records differ: exactly, floats beyond :data:`REL_TOL` /
+    :data:`ABS_TOL`."""
     out = []
     for key in sorted(set(expected) | set(got)):
         path = f"{where}.{key}" if where else key
@@ -52,8 +50,8 @@ def differences(expected: dict, got: dict, where: str = "") -> list[str]:
         a, b = expected[key], got[key]
         if isinstance(a, dict) and isinstance(b, dict):
             out.extend(differences(a, b, path))
-        elif key in REPORTED_ONCE and isinstance(a, float) and isinstance(b, float):
-            if not math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15):
+        elif isinstance(a, float) and isinstance(b, float):
+            if not math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL):
                 out.append(f"{path}: {a!r} != {b!r}")
         elif a != b:
             out.append(f"{path}: {a!r} != {b!r}")
@@ -77,20 +75,22 @@ def test_every_registered_method_has_a_fixture():
 
 
 def test_differences_sees_a_changed_value_and_a_missing_key():
-    record = {"step": 1, "loss": 0.5, "time": {"eval": 1.0}, "repair_rate": 0.25}
+    record = {"step": 1, "loss": 0.5, "time": {"eval": 1.0}, "adv_mean": 1e-8, "count": 64}
     assert differences(record, dict(record)) == []
-    assert differences(record, {**record, "loss": 0.5000001}) == ["loss: 0.5 != 0.5000001"]
-    assert differences(record, {**record, "repair_rate": 0.25 + 1e-17}) == []
+    assert differences(record, {**record, "loss": 0.5001}) == ["loss: 0.5 != 0.5001"]
+    assert differences(record, {**record, "loss": 0.500001, "adv_mean": -1e-8}) == []
+    assert differences(record, {**record, "count": 65}) == ["count: 64 != 65"]
+    assert differences(record, {**record, "time": {"eval": 1.1}}) == ["time.eval: 1.0 != 1.1"]
     assert differences(record, {k: v for k, v in record.items() if k != "loss"}) == [
         "loss: only in fixture"
     ]
 
 
-def test_grpo_replays_bit_for_bit(tmp_path):
+def test_grpo_replays(tmp_path):
     check_replay("grpo", tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", [m for m in METHODS if m != "grpo"])
-def test_method_replays_bit_for_bit(method, tmp_path):
+def test_method_replays(method, tmp_path):
     check_replay(method, tmp_path)

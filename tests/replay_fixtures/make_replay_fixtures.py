@@ -3,13 +3,14 @@
 A refactor of the harness must not change what a run computes. Each fixture is the
 ``metrics.jsonl`` of a two-step run on the chain testbed with the shipped "tiny" base policy,
 with the wall-clock fields (``"time"``) removed; the replay test runs the same config on the
-code under test and asks for the same records, bit for bit.
+code under test and asks for the same records (counts exactly, floats to a tolerance: see
+``tests/test_replay.py``).
 
-Bit for bit holds for one set of CPU kernels: PyTorch picks its vectorised kernels (and MKL
-its matmul paths) by the instruction set of the machine, and AVX-512 kernels sum in another
-order than AVX2 ones (the update's loss and gradient norm then differ in the eighth digit).
-So the fixture runs are recorded and replayed in a child process pinned to the AVX2 kernels
-(:data:`PINNED_KERNELS`), which every x86-64 machine these tests run on has.
+PyTorch picks its vectorised kernels (and MKL its matmul paths) by the instruction set of the
+machine, and AVX-512 kernels sum in another order than AVX2 ones (the update's loss and
+gradient norm then differ in the eighth digit). So the fixture runs are recorded and replayed
+in a child process pinned to the AVX2 kernels (:data:`PINNED_KERNELS`), which every x86-64
+machine these tests run on has; that makes most records bit for bit across machines.
 
 Regenerate only when a change is *meant* to alter what runs compute, and say so in the commit:
 

@@ -5,25 +5,66 @@ An engine (verl, TRL) samples, scores and trains itself; at the point where it c
 advantages it holds a batch of responses and their outcome rewards, nothing of the harness's
 services (continuations, scoring under other prompts, step ground truth). A method runs there
 when its credit is a function of that batch alone. Whether it is follows from what the method
-declares (`CreditMethod`'s class attributes) and from one probe: its advantages on a small fixed
-batch without services, and again with other token ids where the engine gives none.
+declares (`CreditMethod`'s class attributes and `CreditMethod.group_filter`) and from one
+probe: its advantages on a small fixed batch with no service but the generation limit
+(:class:`EngineServices`), and again with other token ids where the engine gives none.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from creditbench.methods.base import CreditMethod
+from creditbench.methods.base import CreditMethod, Services
+from creditbench.methods.contract import ALL_GROUPS, MIXED_GROUPS
 from creditbench.methods.core import RolloutBatch
 from creditbench.methods.registry import get_method, list_methods
 
-# What an engine's advantage call is given besides rewards, masks and groups.
 TOKEN_IDS = "response_ids"
-VERL_GIVES: frozenset[str] = frozenset()  # verl 0.9: token_level_rewards, response_mask, uid
-TRL_GIVES = frozenset({TOKEN_IDS})  # TRL's GRPOTrainer holds the completion ids
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What an engine offers a method: the fields its advantage call is given besides rewards,
+    masks and groups (``gives``, of :data:`TOKEN_IDS`), and the `GroupFilter` rules its own
+    sampler applies (``filters``; :data:`ALL_GROUPS`, the plain batch, every engine has)."""
+
+    name: str
+    gives: frozenset[str] = frozenset()
+    filters: frozenset[str] = frozenset()
+
+
+# verl 0.9: token_level_rewards, response_mask and uid; its v1 trainer's algorithm.filter_groups
+# keeps the groups whose rewards are not all equal (DAPO's dynamic sampling)
+VERL = Engine("verl", filters=frozenset({MIXED_GROUPS}))
+# TRL 1.16's GRPOTrainer holds the completion ids; it has no group filter
+TRL = Engine("TRL", gives=frozenset({TOKEN_IDS}))
+
+
+class EngineServices:
+    """The services an engine offers a method's credit: its generation limit
+    (``max_new_tokens``: verl's ``data.max_response_length``, TRL's ``max_completion_length``;
+    DAPO's L_max defaults to it), nothing else. Any other service raises NotImplementedError,
+    so a method that needs one is found out by the probe."""
+
+    def __init__(self, max_new_tokens: int) -> None:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: must be >= 1 (got {max_new_tokens})")
+        self.max_new_tokens = max_new_tokens
+
+    def __getattr__(self, name: str) -> Any:
+        raise NotImplementedError(f"{name}: an engine offers a method only max_new_tokens")
+
+
+def engine_services(max_new_tokens: int | None) -> Services | None:
+    """:class:`EngineServices` for an engine whose generation limit is known, else None."""
+    if max_new_tokens is None:
+        return None
+    return cast(Services, EngineServices(max_new_tokens))
 
 
 def engine_batch(
@@ -69,64 +110,78 @@ def _probe_batch(response_ids: Tensor | None) -> RolloutBatch:
     )
 
 
-def unsupported_reason(method: type[CreditMethod], given: frozenset[str]) -> str | None:
-    """Why ``method`` (with its default Config) cannot compute its credit inside an engine whose
-    advantage call is given rewards, masks, groups and the fields ``given`` (of
-    :data:`TOKEN_IDS`), or None when it can."""
-    if method.reference:
+def unsupported_reason(
+    method: type[CreditMethod] | CreditMethod, engine: Engine, max_new_tokens: int | None = None
+) -> str | None:
+    """Why ``method`` (a class, with its default Config, or an instance) cannot compute its
+    credit inside ``engine``, whose generation limit is ``max_new_tokens`` (None: not known to
+    the method), or None when it can."""
+    instance = method() if isinstance(method, type) else method
+    cls = type(instance)
+    if cls.reference:
         return "it is a reference: its credit needs the task's ground truth"
-    if method.requires_extras:
-        return f"it reads step ground truth ({', '.join(method.requires_extras)})"
-    if method.rollout is not CreditMethod.rollout:
+    if cls.requires_extras:
+        return f"it reads step ground truth ({', '.join(cls.requires_extras)})"
+    kept = instance.group_filter()
+    if kept is None:
         return (
-            "it samples its own batch through the harness (dynamic sampling, continuations, "
-            "resets or several roles)"
+            "it samples its own batch through the harness (continuations, resets, several "
+            "roles or edited masks)"
         )
-    if method.needs_behaviour_logprobs:
+    if kept.keep != ALL_GROUPS and kept.keep not in engine.filters:
+        return (
+            f"its rollout keeps only {kept.keep} (dynamic sampling), a filter {engine.name} lacks"
+        )
+    if cls.needs_behaviour_logprobs:
         return "its credit reads the behaviour log-probs, which an advantage call is not given"
-    if method.needs_behaviour_entropy:
+    if cls.needs_behaviour_entropy:
         return "its credit reads the behaviour entropy, which an advantage call is not given"
-    if method.needs_reference_model:
+    if cls.needs_reference_model:
         return "its credit scores under a reference model"
     ids = torch.arange(48).reshape(8, 6) % 5  # no two responses of a group share a prefix
-    instance = method()
+    services = engine_services(max_new_tokens)
     try:
-        advantages = instance.advantages(_probe_batch(ids), None)
+        advantages = instance.advantages(_probe_batch(ids), services)
     except (ValueError, KeyError, NotImplementedError) as err:
         return f"it needs the harness's services ({err})"
     if not bool(torch.isfinite(advantages).all()):
         return "its credit is not finite without the harness's services"
-    if TOKEN_IDS not in given:
+    if TOKEN_IDS not in engine.gives:
         shared = torch.zeros_like(ids)  # every response of a group shares every prefix
-        other = instance.advantages(_probe_batch(shared), None)
+        other = instance.advantages(_probe_batch(shared), services)
         if not torch.equal(advantages, other):
             return "its credit reads the response token ids, which the advantage call is not given"
     return None
 
 
-def supported_methods(given: frozenset[str]) -> dict[str, type[CreditMethod]]:
-    """The registered methods that run inside an engine giving ``given`` (see
+def supported_methods(
+    engine: Engine, max_new_tokens: int | None = None
+) -> dict[str, type[CreditMethod]]:
+    """The registered methods that run inside ``engine`` with their defaults (see
     :func:`unsupported_reason`), by name."""
     return {
         name: cls
         for name, cls in sorted(list_methods().items())
-        if unsupported_reason(cls, given) is None
+        if unsupported_reason(cls, engine, max_new_tokens) is None
     }
 
 
 def method_for_engine(
-    method: str | CreditMethod, given: frozenset[str], engine: str, **options: object
+    method: str | CreditMethod,
+    engine: Engine,
+    max_new_tokens: int | None = None,
+    **options: object,
 ) -> CreditMethod:
     """An instance of ``method`` (a registered name, with ``options`` for its Config, or an
-    instance), after checking that it runs in ``engine``; ``ValueError`` naming the reason if
-    not."""
+    instance), after checking that it runs in ``engine`` with generation limit
+    ``max_new_tokens``; ``ValueError`` naming the reason if not."""
     if isinstance(method, CreditMethod):
         if options:
             raise ValueError("options: give them to the method's constructor, not with an instance")
         instance = method
     else:
         instance = get_method(method)(**options)
-    reason = unsupported_reason(type(instance), given)
+    reason = unsupported_reason(instance, engine, max_new_tokens)
     if reason is not None:
-        raise ValueError(f"method {instance.name!r} cannot run inside {engine}: {reason}")
+        raise ValueError(f"method {instance.name!r} cannot run inside {engine.name}: {reason}")
     return instance

@@ -31,8 +31,7 @@ from trl import GRPOTrainer
 
 from creditbench.methods.base import CreditMethod
 
-from .engine import TRL_GIVES as GIVEN
-from .engine import engine_batch, method_for_engine
+from .engine import TRL, engine_batch, engine_services, method_for_engine
 
 
 class CreditGRPOTrainer(GRPOTrainer):
@@ -52,8 +51,11 @@ class CreditGRPOTrainer(GRPOTrainer):
         method_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self.credit_method = method_for_engine(method, GIVEN, "TRL", **(method_options or {}))
         super().__init__(*args, **kwargs)
+        self.credit_services = engine_services(self.max_completion_length)
+        self.credit_method = method_for_engine(
+            method, TRL, self.max_completion_length, **(method_options or {})
+        )
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 "multi_objective_aggregation: creditbench methods take one reward per completion; "
@@ -85,7 +87,8 @@ class CreditGRPOTrainer(GRPOTrainer):
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         groups = torch.arange(rewards.shape[0], device=rewards.device) // group_size
         batch = engine_batch(rewards, all_mask, groups, response_ids=all_ids)
-        advantages = self.credit_method.advantages(batch, None) * batch.response_mask
+        advantages = self.credit_method.advantages(batch, self.credit_services)
+        advantages = advantages * batch.response_mask
         advantages[unscorable] = 0.0
         start = self.accelerator.process_index * local_rows
         output["advantages"] = advantages[start : start + local_rows, :local_width].to(mask.device)

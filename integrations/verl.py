@@ -14,6 +14,14 @@ entry point of the creditbench distribution, which ``import verl`` loads in ever
 ``VERL_USE_EXTERNAL_MODULES=creditbench.integrations.verl`` does the same. To run a method with
 other options, call :func:`register` from a module of your own loaded the same way.
 
+DAPO runs with verl's own dynamic sampling: its rollout only keeps the groups whose rewards
+differ (`CreditMethod.group_filter`), which verl's v1 trainer does with
+``algorithm.filter_groups.enable=true algorithm.filter_groups.metric=reward`` (the reward
+before shaping, as the paper's condition is on correctness); the estimator refuses to run with
+the filter off. Its overlong L_max is the generation limit, which verl does not hand to an
+estimator, so it is registered with it: ``register("creditbench_dapo", "dapo",
+max_new_tokens=20480)`` (``creditbench reproduce dapo --engine verl`` writes that line).
+
 What each side decides:
 
 - the estimator is the method's `CreditMethod.advantages` on verl's ``token_level_rewards``
@@ -41,13 +49,14 @@ from torch import Tensor
 from verl.trainer.ppo import core_algos
 
 from creditbench.methods.base import CreditMethod
+from creditbench.methods.contract import MIXED_GROUPS
 from creditbench.methods.core import Normalizers
 
-from .engine import VERL_GIVES as GIVEN
-from .engine import engine_batch, method_for_engine, supported_methods
+from .engine import VERL, engine_batch, engine_services, method_for_engine, supported_methods
 
 PREFIX = "creditbench_"
-_SPECS: dict[str, tuple[type[CreditMethod], object]] = {}  # what each name was registered with
+# what each name was registered with: the method, its config, the generation limit
+_SPECS: dict[str, tuple[type[CreditMethod], object, int | None]] = {}
 
 
 def group_ids_of(index: Any) -> Tensor:
@@ -71,8 +80,23 @@ def _normalizers(mask: Tensor, info: dict[str, Any], loss_scale_factor: Any) -> 
     )
 
 
-def estimator(method: CreditMethod):
-    """verl's advantage-estimator signature around ``method``'s credit."""
+def _check_filter(method: CreditMethod, config: Any) -> None:
+    """Refuse a method whose rollout filters groups (DAPO) when verl's filter is off."""
+    kept = method.group_filter()
+    if kept is None or kept.keep != MIXED_GROUPS:
+        return
+    groups = (config.get("filter_groups") if config is not None else None) or {}
+    if not groups.get("enable", False):
+        raise ValueError(
+            f"{PREFIX}{method.name}: its rollout keeps only {kept.keep} (dynamic sampling); "
+            "set algorithm.filter_groups.enable=true algorithm.filter_groups.metric=reward"
+        )
+
+
+def estimator(method: CreditMethod, max_new_tokens: int | None = None):
+    """verl's advantage-estimator signature around ``method``'s credit; ``max_new_tokens`` is
+    the run's generation limit, where the method reads it."""
+    services = engine_services(max_new_tokens)
 
     def compute(
         token_level_rewards: Tensor,
@@ -83,9 +107,10 @@ def estimator(method: CreditMethod):
     ) -> tuple[Tensor, Tensor]:
         if index is None:
             raise ValueError(f"{PREFIX}{method.name}: the batch has no 'uid' groups")
+        _check_filter(method, config)
         rewards = (token_level_rewards * response_mask).sum(-1)
         batch = engine_batch(rewards, response_mask, group_ids_of(index).to(rewards.device))
-        advantages = method.advantages(batch, None).to(token_level_rewards.dtype)
+        advantages = method.advantages(batch, services).to(token_level_rewards.dtype)
         advantages = advantages * response_mask
         return advantages, advantages
 
@@ -137,17 +162,20 @@ def policy_loss(method: CreditMethod):
     return compute
 
 
-def register(name: str, method: str | CreditMethod, **options: Any) -> str:
+def register(
+    name: str, method: str | CreditMethod, max_new_tokens: int | None = None, **options: Any
+) -> str:
     """Register ``method`` (a registered name with ``options`` for its Config, or an instance)
-    as verl advantage estimator and policy loss ``name``; returns ``name``. ``ValueError`` if
-    the method cannot run inside verl, naming why."""
-    instance = method_for_engine(method, GIVEN, "verl", **options)
-    spec = (type(instance), instance.config)
+    as verl advantage estimator and policy loss ``name``; returns ``name``. ``max_new_tokens``:
+    the run's ``data.max_response_length``, for a method that reads the generation limit
+    (DAPO). ``ValueError`` if the method cannot run inside verl, naming why."""
+    instance = method_for_engine(method, VERL, max_new_tokens, **options)
+    spec = (type(instance), instance.config, max_new_tokens)
     if name in _SPECS:  # a module registering at import may be imported again
         if _SPECS[name] != spec:
             raise ValueError(f"{name}: already registered with {_SPECS[name][1]}")
         return name
-    core_algos.register_adv_est(name)(estimator(instance))
+    core_algos.register_adv_est(name)(estimator(instance, max_new_tokens))
     core_algos.register_policy_loss(name)(policy_loss(instance))
     _SPECS[name] = spec
     return name
@@ -156,7 +184,7 @@ def register(name: str, method: str | CreditMethod, **options: Any) -> str:
 def register_all() -> list[str]:
     """Register ``creditbench_<method>`` for every method that runs inside verl, with its
     defaults; idempotent (a second call in one process registers nothing new)."""
-    return [register(f"{PREFIX}{method}", method) for method in supported_methods(GIVEN)]
+    return [register(f"{PREFIX}{method}", method) for method in supported_methods(VERL)]
 
 
 REGISTERED = register_all()

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .contract import STEP_TRUTH_KEYS, Services
+from .contract import ALL_GROUPS, STEP_TRUTH_KEYS, GroupFilter, Services
 from .core import (
     AGG_MODES,
     ClipConfig,
@@ -212,6 +212,17 @@ class CreditMethod:
     def rollout(self, services: Services) -> RolloutBatch:
         """Sample this step's batch. Override for dynamic sampling, resets or several roles."""
         return services.sample_batch()
+
+    def group_filter(self) -> GroupFilter | None:
+        """The `GroupFilter` this method's `rollout` amounts to with this config: keeping every
+        group of one plain batch for the default rollout; for a rollout of its own, the rule by
+        which it keeps whole groups of plain sampled batches (DAPO's dynamic sampling), or None
+        when it does more (continuations, resets, several roles), which is the default for an
+        overridden `rollout`. An engine adapter runs the method only where the engine applies
+        that filter itself; the conformance suite checks the claim."""
+        if type(self).rollout is CreditMethod.rollout:
+            return GroupFilter(ALL_GROUPS, max_batches=1)
+        return None
 
     def outcome_rewards(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         """``[B]`` the outcome each response is scored by: the task's reward, after the

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -109,6 +110,32 @@ STEP_TRUTH_KEYS: tuple[ExtraKey, ...] = (
 )
 """Step ground truth a step-checked task (the testbed) attaches to every graded batch; a method
 that reads one lists it in ``CreditMethod.requires_extras``."""
+
+
+# --------------------------------------------------------------------------------------------
+# Group filters: a rollout an engine can run itself
+# --------------------------------------------------------------------------------------------
+
+ALL_GROUPS = "all_groups"  # the plain sampled batch, every group kept
+MIXED_GROUPS = "mixed_groups"  # groups whose task rewards are not all equal (DAPO's rule)
+
+
+@dataclass(frozen=True)
+class GroupFilter:
+    """What a method's own rollout amounts to when it only draws plain sampled batches and keeps
+    whole groups of them by a rule (``keep``: :data:`ALL_GROUPS` or :data:`MIXED_GROUPS`),
+    drawing at most ``max_batches`` batches a step (0: no bound). An engine that samples for
+    itself can run such a method with a filter of its own (verl's ``algorithm.filter_groups``);
+    see ``CreditMethod.group_filter``."""
+
+    keep: str
+    max_batches: int = 0
+
+    def __post_init__(self) -> None:
+        if self.keep not in (ALL_GROUPS, MIXED_GROUPS):
+            raise ValueError(f"keep: one of {ALL_GROUPS}, {MIXED_GROUPS} (got {self.keep!r})")
+        if self.max_batches < 0:
+            raise ValueError(f"max_batches: must be >= 0 (got {self.max_batches})")
 
 
 # --------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig, Services
+from .contract import ALL_GROUPS, MIXED_GROUPS, GroupFilter
 from .core import (
     RolloutBatch,
     broadcast_to_tokens,
@@ -172,6 +173,15 @@ class DAPO(CreditMethod):
         # concat_batches gives later rounds larger ids, so this keeps the earliest groups.
         first = torch.unique(merged.group_ids)[:target]
         return self._filter_overlong(merged.select(torch.isin(merged.group_ids, first)))
+
+    def group_filter(self) -> GroupFilter | None:
+        """Dynamic sampling keeps mixed groups of plain batches; overlong filtering edits the
+        batch's masks, which a filter of whole groups cannot."""
+        if self.config.overlong_filtering:
+            return None
+        if not self.config.dynamic_sampling:
+            return GroupFilter(ALL_GROUPS, max_batches=1)
+        return GroupFilter(MIXED_GROUPS, max_batches=self.config.max_sampling_rounds)
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         lengths, max_length, cache_length = self._length_limits(batch, services)

@@ -43,3 +43,34 @@ def test_the_behaviour_logprob_check_catches_a_method_that_reads_them() -> None:
             )
     finally:
         del registry._REGISTRY["peeking"]
+
+
+@pytest.mark.parametrize("lie", ["continues", "unfiltered", "unbounded"])
+def test_the_group_filter_check_catches_a_rollout_that_does_more(lie: str) -> None:
+    """A method whose declared filter is not what its rollout does fails the check: one that
+    asks for continuations, one that keeps unmixed groups, one past its bound."""
+    from creditbench.harness.conformance import checks
+    from creditbench.methods.contract import MIXED_GROUPS, GroupFilter
+    from creditbench.methods.dapo import DAPO
+
+    class Lying(DAPO):
+        name = "lying"
+
+        def rollout(self, services):
+            if lie == "continues":
+                services.generate(["x"])
+            if lie == "unbounded":
+                for _ in range(3):
+                    services.sample_batch()
+            return services.sample_batch()
+
+        def group_filter(self):
+            return GroupFilter(MIXED_GROUPS, max_batches=2)
+
+    registry._REGISTRY["lying"] = Lying
+    try:
+        with pytest.raises(AssertionError):
+            for seed in range(3):
+                checks.test_a_declared_group_filter_is_what_the_rollout_does("lying", seed)
+    finally:
+        del registry._REGISTRY["lying"]

@@ -25,7 +25,7 @@ if "ray" not in sys.modules:
     sys.modules["ray"] = _ray
 
 import verl  # noqa: E402,F401  (loads the creditbench plugin, as in every verl process)
-from verl.trainer.config import AlgoConfig  # noqa: E402
+from verl.trainer.config import AlgoConfig, FilterGroupsConfig  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.workers.config import ActorConfig  # noqa: E402
 
@@ -211,7 +211,43 @@ def test_uid_labels_become_group_ids_by_first_appearance():
     assert ids.tolist() == [0, 1, 0, 2, 1]
 
 
-def test_a_reproduce_launch_uses_only_keys_of_verls_config_and_registers_its_rows(tmp_path):
+def _dapo_batch() -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Two mixed groups of four: the outcome on each response's last token, lengths that
+    reach DAPO's overlong zone of a 10-token limit (L_cache 2)."""
+    lengths = torch.tensor([3, 9, 10, 5, 8, 2, 10, 7])
+    mask = (torch.arange(10)[None, :] < lengths[:, None]).float()
+    rewards = torch.zeros(8, 10)
+    rewards[torch.arange(8), lengths - 1] = torch.tensor([1.0, 0, 1, 0, 0, 0, 1, 1])
+    return rewards, mask, np.array(["a"] * 4 + ["b"] * 4, dtype=object)
+
+
+def test_dapo_runs_on_verls_filter_with_its_overlong_shaping_and_refuses_it_off():
+    from creditbench.methods.registry import get_method
+
+    with pytest.raises(ValueError, match="max_response_length"):
+        adapter.register("creditbench_dapo_nolimit", "dapo")  # verl gives no L_max
+    name = adapter.register("creditbench_dapo_10", "dapo", max_new_tokens=10)
+    rewards, mask, labels = _dapo_batch()
+    fn = core_algos.get_adv_estimator_fn(name)
+    on = AlgoConfig(filter_groups=FilterGroupsConfig(enable=True, metric="reward"))
+    got, _ = fn(token_level_rewards=rewards, response_mask=mask, config=on, index=labels)
+    ours = get_method("dapo")(max_response_length=10)
+    batch = engine_batch_of(rewards, mask, labels)
+    assert torch.allclose(got, ours.advantages(batch, None) * mask, **TOL)
+    shaped = ours.outcome_rewards(batch, None)
+    assert shaped[2] == 0.0 and shaped[1] == pytest.approx(-0.5)  # at L_max: -1; one short: -1/2
+    with pytest.raises(ValueError, match="filter_groups.enable=true"):
+        fn(token_level_rewards=rewards, response_mask=mask, config=AlgoConfig(), index=labels)
+
+
+def engine_batch_of(rewards, mask, labels):
+    from creditbench.integrations.engine import engine_batch
+
+    return engine_batch(rewards.sum(-1), mask, adapter.group_ids_of(labels))
+
+
+@pytest.mark.parametrize("card", ["drgrpo", "dapo"])
+def test_a_reproduce_launch_uses_only_keys_of_verls_config_and_registers_its_rows(card, tmp_path):
     import importlib.util
     from pathlib import Path
 
@@ -219,7 +255,7 @@ def test_a_reproduce_launch_uses_only_keys_of_verls_config_and_registers_its_row
 
     from creditbench.harness.cli.main import main
 
-    args = ["reproduce", "drgrpo", "--scale", "paper", "--task", "math", "--steps", "5"]
+    args = ["reproduce", card, "--scale", "paper", "--task", "math", "--steps", "5"]
     assert main([*args, "--engine", "verl", "--results", str(tmp_path), "--dry-run"]) == 0
     folder = tmp_path / "verl"
     config_file = Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml"
@@ -227,7 +263,8 @@ def test_a_reproduce_launch_uses_only_keys_of_verls_config_and_registers_its_row
     script = (folder / "launch.sh").read_text()
     keys = {
         line.strip().strip("\\'\" ").split("=", 1)[0]
-        for line in script.split("python -m verl.trainer.main_ppo")[1].splitlines()
+        for run in script.split("python -m verl.trainer.main_ppo")[1:]
+        for line in run.splitlines()
         if "=" in line
     }
     assert len(keys) > 30
@@ -242,6 +279,6 @@ def test_a_reproduce_launch_uses_only_keys_of_verls_config_and_registers_its_row
         "creditbench_plan", folder / "creditbench_plan.py"
     )
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
-    for row in ("grpo", "drgrpo"):
-        assert f"creditbench_drgrpo_{row}" in core_algos.ADV_ESTIMATOR_REGISTRY
-        assert f"creditbench_drgrpo_{row}" in core_algos.POLICY_LOSS_REGISTRY
+    for row in ("grpo", card):
+        assert f"creditbench_{card}_{row}" in core_algos.ADV_ESTIMATOR_REGISTRY
+        assert f"creditbench_{card}_{row}" in core_algos.POLICY_LOSS_REGISTRY

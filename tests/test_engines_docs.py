@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from creditbench.integrations.engine import (
-    TRL_GIVES,
-    VERL_GIVES,
+    TRL,
+    VERL,
+    EngineServices,
     engine_batch,
     method_for_engine,
     supported_methods,
@@ -20,6 +21,7 @@ from creditbench.integrations.engine import (
 from creditbench.methods.registry import list_methods, method_origin
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "engines.md"
+LIMIT = 1024
 
 
 def _table() -> dict[str, tuple[bool, bool]]:
@@ -38,28 +40,51 @@ def test_the_table_lists_every_builtin_method_as_the_adapters_decide():
     assert set(table) == builtin
     for name, (verl, trl) in table.items():
         cls = list_methods()[name]
-        assert (unsupported_reason(cls, VERL_GIVES) is None) == verl, name
-        assert (unsupported_reason(cls, TRL_GIVES) is None) == trl, name
+        # an engine run knows its generation limit (the launches register it)
+        assert (unsupported_reason(cls, VERL, LIMIT) is None) == verl, name
+        assert (unsupported_reason(cls, TRL, LIMIT) is None) == trl, name
 
 
 def test_reasons_come_from_the_contract_and_the_probe():
     methods = list_methods()
-    assert "reference" in unsupported_reason(methods["oracle"], TRL_GIVES)
-    assert "samples its own batch" in unsupported_reason(methods["vineppo"], TRL_GIVES)
-    assert "behaviour log-probs" in unsupported_reason(methods["dfpo"], TRL_GIVES)
+    assert "reference" in unsupported_reason(methods["oracle"], TRL)
+    assert "samples its own batch" in unsupported_reason(methods["vineppo"], TRL)
+    assert "behaviour log-probs" in unsupported_reason(methods["dfpo"], TRL)
     # the probe: TEMPO's tree credit changes with the token ids, which verl does not give
-    assert "token ids" in unsupported_reason(methods["tempo"], VERL_GIVES)
-    assert set(supported_methods(VERL_GIVES)) < set(supported_methods(TRL_GIVES))
+    assert "token ids" in unsupported_reason(methods["tempo"], VERL)
+    assert set(supported_methods(VERL)) < set(supported_methods(TRL))
+
+
+def test_dapo_runs_where_the_engine_filters_groups_and_gives_its_generation_limit():
+    dapo = list_methods()["dapo"]
+    assert "max_response_length" in unsupported_reason(dapo, VERL)  # no limit known
+    assert unsupported_reason(dapo, VERL, LIMIT) is None  # verl's algorithm.filter_groups
+    assert "a filter TRL lacks" in unsupported_reason(dapo, TRL, LIMIT)
+    # without dynamic sampling its rollout is the plain batch; overlong filtering edits masks
+    assert unsupported_reason(dapo(dynamic_sampling=False), TRL, LIMIT) is None
+    assert "edited masks" in unsupported_reason(dapo(overlong_filtering=True), VERL, LIMIT)
+    assert set(supported_methods(VERL, LIMIT)) == set(supported_methods(VERL)) | {"dapo"}
+
+
+def test_engine_services_offer_the_generation_limit_and_nothing_else():
+    services = EngineServices(64)
+    assert services.max_new_tokens == 64
+    with pytest.raises(NotImplementedError, match="generate: an engine offers"):
+        services.generate(["x"])
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        EngineServices(0)
 
 
 def test_method_for_engine_takes_a_name_with_options_or_an_instance():
-    grpo = method_for_engine("grpo", VERL_GIVES, "verl", singleton="raw")
+    grpo = method_for_engine("grpo", VERL, singleton="raw")
     assert grpo.config.singleton == "raw"
-    assert method_for_engine(grpo, VERL_GIVES, "verl") is grpo
+    assert method_for_engine(grpo, VERL) is grpo
     with pytest.raises(ValueError, match="options"):
-        method_for_engine(grpo, VERL_GIVES, "verl", singleton="zero")
+        method_for_engine(grpo, VERL, singleton="zero")
     with pytest.raises(ValueError, match="std_kind"):
-        method_for_engine("grpo", VERL_GIVES, "verl", std_kind="nosuch")
+        method_for_engine("grpo", VERL, std_kind="nosuch")
+    with pytest.raises(ValueError, match="'dapo' cannot run inside TRL: its rollout keeps"):
+        method_for_engine("dapo", TRL, 256)
 
 
 def test_engine_batch_fills_what_an_engine_lacks_so_that_reading_it_fails_loudly():

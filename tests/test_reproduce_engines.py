@@ -77,13 +77,30 @@ def test_the_data_and_the_reward_function_are_the_tasks(drgrpo):
 
 
 def test_a_row_that_cannot_run_in_verl_is_left_out_with_its_reason(tmp_path, capsys):
+    assert _reproduce(tmp_path, "tempo", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "left out of the verl launch: tempo (its credit reads the response token ids" in out
+    runs = _runs((tmp_path / "verl" / "launch.sh").read_text())
+    assert {r["algorithm.adv_estimator"] for r in runs} == {"creditbench_tempo_grpo"}
+    plugin = (tmp_path / "verl" / "creditbench_plan.py").read_text()
+    assert "register('creditbench_tempo_grpo', 'grpo'" in plugin and "'tempo'" not in plugin
+
+
+def test_dapo_runs_on_verls_own_dynamic_sampling(tmp_path, capsys):
     assert _reproduce(tmp_path, "dapo", "--dry-run") == 0
     out = capsys.readouterr().out
-    assert "left out of the verl launch: dapo (it samples its own batch" in out
+    assert "left out" not in out
+    assert "in the verl launch, dapo: verl's filter samples until the batch is full" in out
     runs = _runs((tmp_path / "verl" / "launch.sh").read_text())
-    assert {r["algorithm.adv_estimator"] for r in runs} == {"creditbench_dapo_grpo"}
+    by_row = {r["algorithm.adv_estimator"]: r for r in runs}
+    dapo, grpo = by_row["creditbench_dapo_dapo"], by_row["creditbench_dapo_grpo"]
+    assert dapo["algorithm.filter_groups.enable"] == "True"
+    assert dapo["algorithm.filter_groups.metric"] == "reward" and dapo["trainer.use_v1"] == "True"
+    assert "algorithm.filter_groups.enable" not in grpo
+    assert dapo["actor_rollout_ref.actor.clip_ratio_high"] == "0.28"
     plugin = (tmp_path / "verl" / "creditbench_plan.py").read_text()
-    assert "register('creditbench_dapo_grpo', 'grpo'" in plugin and "'dapo'" not in plugin
+    limit = dapo["data.max_response_length"]
+    assert f"register('creditbench_dapo_dapo', 'dapo', **{{'max_new_tokens': {limit}" in plugin
 
 
 def test_engine_flags_are_checked(tmp_path, capsys):
@@ -118,4 +135,6 @@ def test_a_trl_launch_maps_each_run_onto_grpo_config_arguments(tmp_path, capsys)
 
 def test_a_trl_launch_leaves_out_what_trl_cannot_run(tmp_path, capsys):
     assert _reproduce(tmp_path, "dapo", "--dry-run", "--engine", "trl") == 0  # the last wins
-    assert "left out of the trl launch: dapo (it samples its own batch" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "left out of the trl launch: dapo (its rollout keeps only mixed_groups" in out
+    assert "a filter TRL lacks" in out

@@ -32,7 +32,7 @@ from creditbench.harness.conformance.strategies import (
     rollout_batches,
 )
 from creditbench.methods.base import CreditMethod, LossConfig
-from creditbench.methods.contract import STEP_TRUTH_KEYS
+from creditbench.methods.contract import ALL_GROUPS, MIXED_GROUPS, STEP_TRUTH_KEYS
 from creditbench.methods.core import Normalizers, RolloutBatch
 from creditbench.methods.registry import get_method, list_methods, register_method
 
@@ -150,6 +150,62 @@ def test_a_method_that_skips_the_scoring_pass_never_reads_behaviour_logprobs(
     assert_same(cls().advantages(blind, FakeServices(seed=seed)), expected)
     rolled = cls().rollout(BlindServices(seed=seed))
     assert_same(cls().advantages(rolled, BlindServices(seed=seed)), expected)
+
+
+class FreshDraws(FakeServices):
+    """Fake services whose every ``sample_batch`` call draws another batch, as the harness
+    draws other problems; ``draws`` keeps them."""
+
+    def sample_batch(self) -> RolloutBatch:
+        batch = FakeServices(seed=self.seed + 1000 * len(self.calls)).sample_batch()
+        self.calls.append("sample_batch")
+        self.__dict__.setdefault("draws", []).append(batch)
+        return batch
+
+
+def _groups(batch: RolloutBatch) -> list[frozenset[tuple[tuple[int, ...], float]]]:
+    """Each group of ``batch`` as the set of its responses (token ids, reward)."""
+    rows = [
+        (tuple(batch.response_ids[i][batch.response_mask[i] > 0].tolist()), float(r))
+        for i, r in enumerate(batch.rewards)
+    ]
+    return [
+        frozenset(rows[i] for i in torch.nonzero(batch.group_ids == g).flatten().tolist())
+        for g in torch.unique(batch.group_ids)
+    ]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_declared_group_filter_is_what_the_rollout_does(name: str, seed: int) -> None:
+    """A method whose ``group_filter`` says its rollout only keeps whole groups of plain
+    batches (so that an engine's own filter can stand in for it) draws nothing but plain
+    batches, at most ``max_batches`` of them, and returns whole groups of them, no more groups
+    than one batch holds: the first batch itself for ``ALL_GROUPS``; for ``MIXED_GROUPS``,
+    only groups whose rewards differ (unless no draw had one)."""
+    cls = get_method(name)
+    kept = cls().group_filter()
+    if kept is None:
+        pytest.skip(f"{name} samples its own batch, with no group filter it amounts to")
+    services = FreshDraws(seed=seed)
+    batch = cls().rollout(services)
+    draws = services.__dict__.get("draws", [])
+    assert set(services.calls) <= {"sample_batch"}, "a group filter only draws plain batches"
+    assert 1 <= len(draws) and (not kept.max_batches or len(draws) <= kept.max_batches)
+    drawn = {group for draw in draws for group in _groups(draw)}
+    returned = _groups(batch)
+    assert set(returned) <= drawn, "the rollout returned rows that are not whole groups"
+    assert len(returned) <= len(_groups(draws[0])), "more groups than one batch holds"
+    if kept.keep == ALL_GROUPS:
+        assert_same(batch.response_ids, draws[0].response_ids)
+        assert_same(batch.rewards, draws[0].rewards)
+        return
+    assert kept.keep == MIXED_GROUPS
+
+    def mixed(group: frozenset[tuple[tuple[int, ...], float]]) -> bool:
+        return len({reward for _, reward in group}) > 1
+
+    if any(mixed(group) for group in drawn):
+        assert all(mixed(group) for group in returned), "an unmixed group was kept"
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,10 @@
   plan has no ``--model-dir``.
 
 A row whose method cannot run inside verl is left out, with the reason
-(`creditbench.integrations.engine`). Nothing is run: verl runs on the cluster, not here.
+(`creditbench.integrations.engine`). A row whose method's rollout keeps only mixed groups
+(DAPO's dynamic sampling) runs on verl's own filter (:data:`VERL_MIXED_GROUPS`), and the launch
+notes where verl's filter differs from the method's. Nothing is run: verl runs on the cluster,
+not here.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from creditbench.integrations.engine import VERL_GIVES, unsupported_reason
+from creditbench.integrations.engine import VERL, unsupported_reason
+from creditbench.methods.contract import MIXED_GROUPS, GroupFilter
 from creditbench.methods.registry import get_method
 
 from .plan import Plan
@@ -45,6 +49,24 @@ VERL_KEYS = {
 }
 ACTOR = "actor_rollout_ref.actor"
 NO_DUAL_CLIP = 1.0e9  # verl always dual-clips; a constant this large never acts
+# verl 0.9.1's dynamic sampling (trainer/ppo/v1/trainer_base.py, replay_buffer.py): the v1
+# trainer drops the groups whose summed reward (before our shaping: the task's correctness)
+# has zero spread and samples more prompts until the batch is full
+VERL_MIXED_GROUPS = {
+    "trainer.use_v1": True,
+    "algorithm.filter_groups.enable": True,
+    "algorithm.filter_groups.metric": "reward",
+}
+
+
+def filter_note(kept: GroupFilter | None) -> str | None:
+    """Where verl's filter differs from the method's ``kept``, or None."""
+    if kept is None or kept.keep != MIXED_GROUPS or not kept.max_batches:
+        return None
+    return (
+        f"verl's filter samples until the batch is full, without the row's bound of "
+        f"{kept.max_batches} batches a step (verl 0.9.1 ignores max_num_gen_batches)"
+    )
 
 
 @dataclass
@@ -54,6 +76,7 @@ class Launch:
     files: list[Path] = field(default_factory=list)
     left_out: dict[str, str] = field(default_factory=dict)
     commands: list[list[str]] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)  # row -> where the engine differs
 
 
 def _value(value: Any) -> str:
@@ -113,6 +136,9 @@ def verl_overrides(config: Any, method: Any, name: str, folder: Path, model: str
             "trainer.default_local_dir": str(folder / "checkpoints" / config.run_name),
         }
     )
+    kept = method.group_filter()
+    if kept is not None and kept.keep == MIXED_GROUPS:
+        values.update(VERL_MIXED_GROUPS)
     return [f"{key}={_value(value)}" for key, value in values.items()]
 
 
@@ -199,13 +225,17 @@ def write_verl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: P
     ``folder``; see the module doc."""
     launch = Launch()
     rows: dict[str, tuple[str, dict[str, Any]]] = {}
-    for row in plan.methods:
-        method = get_method(plan.registry_name(row))
-        reason = unsupported_reason(method, VERL_GIVES)
+    for run, config in zip(runs, configs, strict=True):
+        method = get_method(run.method)(**plan.option_values(run.entry))
+        reason = unsupported_reason(method, VERL, config.rollout.max_new_tokens)
         if reason is not None:
-            launch.left_out[row] = reason
-        else:
-            rows[row] = (plan.registry_name(row), plan.option_values(row))
+            launch.left_out[run.entry] = reason
+            continue
+        options = {"max_new_tokens": config.rollout.max_new_tokens}
+        rows[run.entry] = (run.method, {**options, **plan.option_values(run.entry)})
+        note = filter_note(method.group_filter())
+        if note is not None:
+            launch.notes[run.entry] = note
     if not rows:
         raise nothing_runs("verl", launch.left_out)
     model, script = script_start(

@@ -250,6 +250,8 @@ def _write_engine_launch(plan: Plan, runs: list[Any], folder: Path, engine: str)
     launch = write(plan, runs, configs, folder / engine)
     for row, why in launch.left_out.items():
         print(f"left out of the {engine} launch: {row} ({why})")
+    for row, note in launch.notes.items():
+        print(f"in the {engine} launch, {row}: {note}")
     print(f"{engine} launch (runs nothing here):")
     for command in launch.commands:
         print("  " + " ".join(command))

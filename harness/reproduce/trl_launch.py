@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from creditbench.integrations.engine import TRL_GIVES, unsupported_reason
+from creditbench.integrations.engine import TRL, unsupported_reason
 from creditbench.methods.registry import get_method
 
 from .engines import Launch, nothing_runs, script_start
@@ -37,9 +37,9 @@ TRL_LOSS_TYPES = {
 }
 
 
-def _left_out(method: Any) -> str | None:
+def _left_out(method: Any, max_new_tokens: int) -> str | None:
     """Why TRL cannot run ``method`` (an instance) as its row asks, or None."""
-    reason = unsupported_reason(type(method), TRL_GIVES)
+    reason = unsupported_reason(method, TRL, max_new_tokens)
     if reason is not None:
         return reason
     cfg = method.config
@@ -157,7 +157,7 @@ def write_trl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: Pa
     entries: dict[str, Any] = {}
     for run, config in zip(runs, configs, strict=True):
         method = get_method(run.method)(**plan.option_values(run.entry))
-        reason = _left_out(method)
+        reason = _left_out(method, config.rollout.max_new_tokens)
         if reason is not None:
             launch.left_out[run.entry] = reason
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import yaml
@@ -29,6 +30,7 @@ from creditbench.harness.reproduce.recipe import (
     split_methods,
 )
 from creditbench.harness.reproduce.report import kendall_tau, ordering_agreement
+from creditbench.harness.tasks import get_task
 from creditbench.reference.card_schema import card_from_dict
 
 GRPO_FAMILY = ("deepseekmath_grpo", "drgrpo", "dapo", "gspo", "rloo", "reinforce_pp")
@@ -143,12 +145,21 @@ def test_paper_plans_take_the_card_over_the_profile_and_the_user_over_both(tmp_p
     assert config.rollout.max_new_tokens == 20480 and config.eval.n_problems == 500
 
 
-def test_paper_plan_needs_a_task_and_steps_the_card_does_not_record(tmp_path):
+def test_a_task_and_steps_the_card_does_not_record_come_from_the_profile_or_the_user(tmp_path):
     card = load_card_by_id("drgrpo")
-    with pytest.raises(ReproduceError, match=r"^--task: .*unknown"):
-        plans.paper_plan(card, model_dir=str(tmp_path), steps=3)
-    with pytest.raises(ReproduceError, match=r"^--steps: .*unknown"):
-        plans.paper_plan(card, model_dir=str(tmp_path), task="math")
+    given = plans.paper_plan(card, model_dir=str(tmp_path), task="gsm8k", steps=12)
+    assert (given.task, given.budget) == ("gsm8k", {"unit": "steps", "amount": 12})
+    assert given.origins == {"task": "--task", "budget": "--steps/--budget"}
+    profile = plans.paper_plan(card, model_dir=str(tmp_path), steps=3)
+    assert profile.task == "math" and "LLM-scale profile" in profile.origins["task"]
+    plan = plans.paper_plan(card, model_dir=str(tmp_path), task="gsm8k")
+    values = plan.setting_values()
+    per_batch = values["train.minibatches"] * values["train.ppo_epochs"]
+    batches = plan.budget["amount"] // per_batch
+    prompts = values["rollout.prompts_per_step"]
+    problems = len(get_task("gsm8k").problems("train"))
+    assert (batches - 1) * prompts < 30 * problems <= batches * prompts  # 30 epochs, rounded up
+    assert "verl 0.9.1 ppo_trainer.yaml trainer.total_epochs" in plan.origins["budget"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,8 +201,13 @@ def test_paper_scale_names_only_what_is_missing(monkeypatch, capsys, tmp_path):
     assert main([*argv, "--task", "gsm8k", "--steps", "2", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "scale: paper" in out  # the default with a GPU
-    assert main(argv) == 2  # no --task: the card's training data is unknown
-    assert "--task" in capsys.readouterr().err
+    # no --task, no --steps: the card's data and steps are unknown; the profile's, and says so
+    assert main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "scale: paper (task math: LLM-scale profile: ours, the nearest task" in out
+    assert "the card's is unknown" in out
+    budget = re.search(r"budget: (\d+) steps per run \(30 epochs of the task", out)
+    assert budget and f"steps_or_budget: {budget[1]} steps (30 epochs" in out
 
 
 def test_default_scale_without_a_gpu_is_cpu(monkeypatch, capsys):

@@ -93,7 +93,7 @@ def verl_overrides(config: Any, method: Any, name: str, folder: Path, model: str
     settings become verl's actor settings), registered as ``name``."""
     cfg = method.config
     if config.budget.unit != "steps":
-        raise ReproduceError("--engine verl: verl counts optimizer steps; give --steps N")
+        raise ReproduceError("--engine verl: verl's budget is steps, not FLOPs; give --steps N")
     values = {
         verl: getattr(getattr(config, key.split(".")[0]), key.split(".")[1])
         for key, verl in VERL_KEYS.items()
@@ -102,6 +102,13 @@ def verl_overrides(config: Any, method: Any, name: str, folder: Path, model: str
     if prompts % minibatches:
         raise ReproduceError(
             f"train.minibatches: {minibatches} does not divide rollout.prompts_per_step {prompts}"
+        )
+    # verl's total_training_steps counts batches, each ppo_epochs x minibatches optimizer steps
+    per_batch = minibatches * config.train.ppo_epochs
+    if int(config.budget.amount) % per_batch:
+        raise ReproduceError(
+            f"--steps: verl counts training batches of {per_batch} optimizer steps "
+            f"(train.minibatches x train.ppo_epochs); give a multiple of {per_batch}"
         )
     horizon = cfg.horizon or config.rollout.max_new_tokens
     values.update(
@@ -130,7 +137,7 @@ def verl_overrides(config: Any, method: Any, name: str, folder: Path, model: str
             "actor_rollout_ref.rollout.val_kwargs.n": config.eval.k_samples,
             "reward.custom_reward_function.path": str(folder / "reward.py"),
             "reward.custom_reward_function.name": "compute_score",
-            "trainer.total_training_steps": int(config.budget.amount),
+            "trainer.total_training_steps": int(config.budget.amount) // per_batch,
             "trainer.project_name": "creditbench",
             "trainer.experiment_name": config.run_name,
             "trainer.default_local_dir": str(folder / "checkpoints" / config.run_name),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from creditbench.harness.reproduce.budget import (
     eval_flops_per_run,
     plan_budget,
 )
-from creditbench.harness.reproduce.profile import LLM_PROFILE
+from creditbench.harness.reproduce.profile import LLM_PROFILE, PROFILE_EPOCHS, PROFILE_TASK
 from creditbench.harness.reproduce.recipe import (
     RECIPE_SETTINGS,
     ReproduceError,
@@ -57,6 +58,7 @@ class Plan:
     budget: dict[str, Any] = field(default_factory=dict)
     estimate: BudgetPlan | None = None
     workers: int = 1
+    origins: dict[str, str] = field(default_factory=dict)  # "task", "budget": where from
 
     def setting_values(self) -> dict[str, Any]:
         return {s.key: s.value for s in self.settings}
@@ -235,12 +237,10 @@ def paper_plan(
             raise ReproduceError(
                 f"--task: unknown task {task!r}; known tasks: {', '.join(list_tasks())}"
             )
+    task_origin = "--task" if task is not None else "the card's training data"
     if not plan.task:
         state = "unknown" if "training_data" in recipe.unknown else "not one of our tasks"
-        raise ReproduceError(
-            f"--task: the card's training data is {state} (recipe.training_data); "
-            "name a task, e.g. --task math"
-        )
+        plan.task, task_origin = PROFILE_TASK.value, f"{PROFILE_TASK.origin}; the card's is {state}"
     if steps is not None and flops is not None:
         raise ReproduceError("--steps: give --steps or --budget, not both")
     if flops is not None:
@@ -251,10 +251,6 @@ def paper_plan(
         if amount < 1:
             raise ReproduceError(f"--steps: must be >= 1 (got {amount})")
         plan.budget = {"unit": "steps", "amount": amount}
-    else:
-        raise ReproduceError(
-            "--steps: the card's recipe.steps_or_budget is unknown; give --steps N (or --budget)"
-        )
     settings = [
         Setting("model.path", model_dir, "--model-dir"),
         Setting("model.dtype", "bfloat16", "paper scale"),
@@ -270,9 +266,26 @@ def paper_plan(
     _shared(plan, settings, user, n_eval)
     plan.not_mapped = list(recipe.not_mapped)
     _set_method_options(plan, recipe.options, user)
+    budget_origin = "--steps/--budget" if steps is not None or flops is not None else "the card"
+    if not plan.budget:
+        plan.budget = {"unit": "steps", "amount": _profile_steps(plan)}
+        budget_origin = f"{PROFILE_EPOCHS.value} epochs of the task ({PROFILE_EPOCHS.origin})"
+    plan.origins = {"task": task_origin, "budget": budget_origin}
     plan.unknown = _unknown_notes(plan, recipe.unknown)
     plan.workers = 1
     return plan
+
+
+def _profile_steps(plan: Plan) -> int:
+    """The profile's budget where the card has none: its epochs over the task's train split,
+    in optimizer steps (``train.minibatches`` x ``train.ppo_epochs`` a batch of
+    ``rollout.prompts_per_step`` prompts)."""
+    from creditbench.harness.tasks import get_task
+
+    config = _resolved(plan)
+    problems = len(get_task(plan.task, **plan.task_options).problems("train"))
+    batches = math.ceil(PROFILE_EPOCHS.value * problems / config.rollout.prompts_per_step)
+    return batches * config.train.minibatches * config.train.ppo_epochs
 
 
 def _unknown_notes(plan: Plan, unknown: list[str]) -> list[str]:
@@ -281,8 +294,9 @@ def _unknown_notes(plan: Plan, unknown: list[str]) -> list[str]:
     given = {s.key: s.origin for s in plan.settings}
     used = {
         "base_model": "the model of --model-dir",
-        "training_data": f"task {plan.task} (--task)",
-        "steps_or_budget": f"{plan.budget['amount']:g} {plan.budget['unit']} (--steps/--budget)",
+        "training_data": f"task {plan.task} ({plan.origins['task']})",
+        "steps_or_budget": f"{plan.budget['amount']:g} {plan.budget['unit']} "
+        f"({plan.origins['budget']})",
     }
     notes = []
     for name in unknown:
@@ -312,7 +326,9 @@ def _row_text(plan: Plan, row: str) -> str:
 def describe(plan: Plan) -> list[str]:
     """The plan as lines of text (printed before the runs, repeated in the report)."""
     card = plan.card
-    where = " (the embedded chain testbed)" if plan.scale == "cpu" else f" (task {plan.task})"
+    where = " (the embedded chain testbed)"
+    if plan.scale != "cpu":
+        where = f" (task {plan.task}: {plan.origins.get('task', 'the card')})"
     skipped = ", ".join(f"{m} ({why})" for m, why in plan.skipped.items())
     lines = [
         f"card {card.id}: {card.title} (arXiv {card.arxiv})",
@@ -324,7 +340,8 @@ def describe(plan: Plan) -> list[str]:
     if plan.estimate is not None:
         lines.append(f"budget: {plan.estimate.describe()}")
     elif plan.budget:
-        lines.append(f"budget: {plan.budget['amount']:g} {plan.budget['unit']} per run")
+        origin = plan.origins.get("budget", "the card")
+        lines.append(f"budget: {plan.budget['amount']:g} {plan.budget['unit']} per run ({origin})")
     lines.append("settings:")
     lines += [f"  {s.key} = {s.value}  ({s.origin})" for s in plan.settings]
     for method in plan.methods:

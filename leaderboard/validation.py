@@ -51,6 +51,10 @@ from .stats import (
 )
 
 BASELINE, ORACLE = "grpo", "oracle"
+# Fewest seed pairs whose interval may claim a gap (ours): a percentile bootstrap over n pairs
+# of one sign excludes 0 whatever n, and under a null symmetric about 0 all n gaps share one
+# given sign with probability 2^-n; 5 pairs make that 3%, within the interval's 5%.
+MIN_PAIRS_FOR_A_CLAIM = 5
 
 
 def _paired(runs: pd.DataFrame, column: str) -> np.ndarray:
@@ -160,8 +164,9 @@ def validation_table(
             row[f"{name}_gap"] = interval.point
             row[f"{name}_low"], row[f"{name}_high"] = interval.low, interval.high
             row[f"{name}_pairs"] = interval.n
-            row[f"{name}_separates"] = bool(interval.n >= 2 and interval.low > 0)
-            row[f"{name}_reversed"] = bool(interval.n >= 2 and interval.high < 0)
+            enough = interval.n >= MIN_PAIRS_FOR_A_CLAIM
+            row[f"{name}_separates"] = bool(enough and interval.low > 0)
+            row[f"{name}_reversed"] = bool(enough and interval.high < 0)
         figures = _efficiency(evals, group, row) if row["seeds"] else {}
         if figures:
             gaps = figures[f"auc_responses_{ORACLE}"] - figures[f"auc_responses_{BASELINE}"]
@@ -344,7 +349,8 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         )
     lines += [
         "",
-        "`*`: the interval lies above zero (oracle credit ahead); `†`: below zero (GRPO ahead).",
+        "`*`: the interval lies above zero (oracle credit ahead); `†`: below zero (GRPO ahead); "
+        f"neither with fewer than {MIN_PAIRS_FOR_A_CLAIM} seeds.",
         "",
         *_saturation_lines(rows),
     ]

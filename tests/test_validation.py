@@ -102,6 +102,18 @@ def test_validate_report_only_on_a_folder_without_runs(tmp_path, capsys):
     assert "Does not separate" not in validation_markdown(tmp_path)
 
 
+def test_too_few_seeds_claim_no_gap_whatever_their_signs():
+    grpo_final = [0.30, 0.50, 0.40, 0.60]
+    oracle_final = [x + 0.05 for x in grpo_final]
+    table = pd.DataFrame(
+        run_rows("steps=8", "prompts_per_step=4", "grpo", grpo_final, grpo_final)
+        + run_rows("steps=8", "prompts_per_step=4", "oracle", oracle_final, oracle_final)
+    )
+    (row,) = validation_table(table, reps=500).itertuples()
+    assert row.final_low == pytest.approx(0.05)  # the interval is reported
+    assert not row.final_separates and not row.auc_separates  # but 4 pairs claim nothing
+
+
 def test_grpo_ahead_beyond_noise_is_reported_not_hidden(monkeypatch, tmp_path):
     grpo_final = [0.30, 0.50, 0.40, 0.60, 0.35]
     oracle_final = [x - 0.04 for x in grpo_final]  # seed by seed behind
@@ -184,7 +196,7 @@ def test_online_accuracy_gap_gain_and_the_suites_setting_name(monkeypatch, tmp_p
     alone is named as such; the setting is called by its runs' folder name."""
     rows = []
     for method, shift in (("grpo", 0.0), ("oracle", 0.02)):
-        for seed in range(4):
+        for seed in range(6):
             rows.append(
                 {
                     "kind": "run", "run": f"r/chain-hard-steps=8-{method}-s{seed}",
@@ -208,6 +220,6 @@ def test_online_accuracy_gap_gain_and_the_suites_setting_name(monkeypatch, tmp_p
 
     monkeypatch.setattr(validation, "collect_runs", lambda _: (table, []))
     report, csv = validation.validation_report(tmp_path, reps=300)
-    assert "| chain-hard-steps=8 | 4 | 0.150 |" in report
+    assert "| chain-hard-steps=8 | 6 | 0.150 |" in report
     assert "**Online only:**" in report and "chain-hard-steps=8" in report.split("Online only")[1]
-    assert csv.splitlines()[1].startswith("chain-hard-steps=8,4,0.1500,")
+    assert csv.splitlines()[1].startswith("chain-hard-steps=8,6,0.1500,")

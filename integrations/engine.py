@@ -57,6 +57,8 @@ class EngineServices:
         self.max_new_tokens = max_new_tokens
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # Python's own protocol lookups (copy, pickle, hasattr)
+            raise AttributeError(name)
         raise NotImplementedError(f"{name}: an engine offers a method only max_new_tokens")
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
@@ -73,6 +74,7 @@ def test_engine_services_offer_the_generation_limit_and_nothing_else():
         services.generate(["x"])
     with pytest.raises(ValueError, match="max_new_tokens"):
         EngineServices(0)
+    assert copy.copy(services).max_new_tokens == 64  # Python's protocols still work
 
 
 def test_method_for_engine_takes_a_name_with_options_or_an_instance():

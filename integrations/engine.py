@@ -41,6 +41,14 @@ class Engine:
 # verl 0.9: token_level_rewards, response_mask and uid; its v1 trainer's algorithm.filter_groups
 # keeps the groups whose rewards are not all equal (DAPO's dynamic sampling)
 VERL = Engine("verl", filters=frozenset({MIXED_GROUPS}))
+# the verl 0.9.1 settings that switch that filter on (trainer/ppo/v1/trainer_base.py,
+# replay_buffer.py): the v1 trainer drops the groups whose summed reward (before a method's
+# shaping: the task's correctness) has zero spread and samples more prompts until the batch is full
+VERL_MIXED_GROUPS_SETTINGS = {
+    "trainer.use_v1": True,
+    "algorithm.filter_groups.enable": True,
+    "algorithm.filter_groups.metric": "reward",
+}
 # TRL 1.16's GRPOTrainer holds the completion ids; it has no group filter
 TRL = Engine("TRL", gives=frozenset({TOKEN_IDS}))
 

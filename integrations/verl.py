@@ -16,9 +16,9 @@ other options, call :func:`register` from a module of your own loaded the same w
 
 DAPO runs with verl's own dynamic sampling: its rollout only keeps the groups whose rewards
 differ (`CreditMethod.group_filter`), which verl's v1 trainer does with
-``algorithm.filter_groups.enable=true algorithm.filter_groups.metric=reward`` (the reward
-before shaping, as the paper's condition is on correctness); the estimator refuses to run with
-the filter off. Its overlong L_max is the generation limit, which verl does not hand to an
+``trainer.use_v1=True algorithm.filter_groups.enable=True algorithm.filter_groups.metric=reward``
+(`VERL_MIXED_GROUPS_SETTINGS`; the reward before shaping, as the paper's condition is on
+correctness); the estimator refuses to run with the filter off. Its overlong L_max is the generation limit, which verl does not hand to an
 estimator, so it is registered with it: ``register("creditbench_dapo", "dapo",
 max_new_tokens=20480)`` (``creditbench reproduce dapo --engine verl`` writes that line).
 
@@ -52,7 +52,14 @@ from creditbench.methods.base import CreditMethod
 from creditbench.methods.contract import MIXED_GROUPS
 from creditbench.methods.core import Normalizers
 
-from .engine import VERL, engine_batch, engine_services, method_for_engine, supported_methods
+from .engine import (
+    VERL,
+    VERL_MIXED_GROUPS_SETTINGS,
+    engine_batch,
+    engine_services,
+    method_for_engine,
+    supported_methods,
+)
 
 PREFIX = "creditbench_"
 # what each name was registered with: the method, its config, the generation limit
@@ -89,7 +96,7 @@ def _check_filter(method: CreditMethod, config: Any) -> None:
     if not groups.get("enable", False):
         raise ValueError(
             f"{PREFIX}{method.name}: its rollout keeps only {kept.keep} (dynamic sampling); "
-            "set algorithm.filter_groups.enable=true algorithm.filter_groups.metric=reward"
+            "set " + " ".join(f"{key}={value}" for key, value in VERL_MIXED_GROUPS_SETTINGS.items())
         )
 
 

@@ -236,7 +236,7 @@ def test_dapo_runs_on_verls_filter_with_its_overlong_shaping_and_refuses_it_off(
     assert torch.allclose(got, ours.advantages(batch, None) * mask, **TOL)
     shaped = ours.outcome_rewards(batch, None)
     assert shaped[2] == 0.0 and shaped[1] == pytest.approx(-0.5)  # at L_max: -1; one short: -1/2
-    with pytest.raises(ValueError, match="filter_groups.enable=true"):
+    with pytest.raises(ValueError, match="trainer.use_v1=True algorithm.filter_groups.enable=True"):
         fn(token_level_rewards=rewards, response_mask=mask, config=AlgoConfig(), index=labels)
 
 

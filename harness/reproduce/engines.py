@@ -13,9 +13,9 @@
 
 A row whose method cannot run inside verl is left out, with the reason
 (`creditbench.integrations.engine`). A row whose method's rollout keeps only mixed groups
-(DAPO's dynamic sampling) runs on verl's own filter (:data:`VERL_MIXED_GROUPS`), and the launch
-notes where verl's filter differs from the method's. Nothing is run: verl runs on the cluster,
-not here.
+(DAPO's dynamic sampling) runs on verl's own filter
+(`creditbench.integrations.engine.VERL_MIXED_GROUPS_SETTINGS`), and the launch notes where
+verl's filter differs from the method's. Nothing is run: verl runs on the cluster, not here.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from creditbench.integrations.engine import VERL, unsupported_reason
+from creditbench.integrations.engine import VERL, VERL_MIXED_GROUPS_SETTINGS, unsupported_reason
 from creditbench.methods.contract import MIXED_GROUPS, GroupFilter
 from creditbench.methods.registry import get_method
 
@@ -49,14 +49,6 @@ VERL_KEYS = {
 }
 ACTOR = "actor_rollout_ref.actor"
 NO_DUAL_CLIP = 1.0e9  # verl always dual-clips; a constant this large never acts
-# verl 0.9.1's dynamic sampling (trainer/ppo/v1/trainer_base.py, replay_buffer.py): the v1
-# trainer drops the groups whose summed reward (before our shaping: the task's correctness)
-# has zero spread and samples more prompts until the batch is full
-VERL_MIXED_GROUPS = {
-    "trainer.use_v1": True,
-    "algorithm.filter_groups.enable": True,
-    "algorithm.filter_groups.metric": "reward",
-}
 
 
 def filter_note(kept: GroupFilter | None) -> str | None:
@@ -145,7 +137,7 @@ def verl_overrides(config: Any, method: Any, name: str, folder: Path, model: str
     )
     kept = method.group_filter()
     if kept is not None and kept.keep == MIXED_GROUPS:
-        values.update(VERL_MIXED_GROUPS)
+        values.update(VERL_MIXED_GROUPS_SETTINGS)
     return [f"{key}={_value(value)}" for key, value in values.items()]
 
 

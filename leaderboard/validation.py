@@ -241,17 +241,20 @@ def _chain_length(options: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def length_trend(rows: pd.DataFrame, column: str = "auc_gap") -> tuple[str, list[tuple]]:
-    """The setting shared by the most chain lengths, and its ``(length, gap)`` pairs, by length."""
-    best: tuple[str, list[tuple[int, float]]] = ("", [])
-    for setting, group in rows.groupby("setting", sort=False):
-        pairs = sorted(
-            (length, float(gap))
-            for options, gap in zip(group["options"], group[column], strict=True)
-            if (length := _chain_length(options)) is not None and math.isfinite(gap)
-        )
+def length_trend(rows: pd.DataFrame, column: str = "auc_gap") -> tuple[list[str], list[tuple]]:
+    """The settings that differ only in chain length, the most lengths of them: their names and
+    their ``(length, gap)`` pairs, by length. Settings whose other task options differ (slip
+    rates) are not one series."""
+    best: tuple[list[str], list[tuple[int, float]]] = ([], [])
+    others = rows["options"].map(lambda options: re.sub(r"(?:^|,)steps=\d+", "", options))
+    for _, group in rows.groupby([rows["setting"], others], sort=False):
+        pairs, names = [], []
+        for options, gap, name in zip(group["options"], group[column], group["name"], strict=True):
+            if (length := _chain_length(options)) is not None and math.isfinite(gap):
+                pairs.append((length, float(gap)))
+                names.append(name)
         if len(pairs) > len(best[1]):
-            best = (str(setting), pairs)
+            best = (names, sorted(pairs))
     return best
 
 
@@ -373,14 +376,14 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
             "**Online only:** on the training stream, oracle credit is ahead beyond noise where "
             f"the evaluation cannot tell: {', '.join(online['name'])}."
         )
-    setting, trend = length_trend(rows)
+    names, trend = length_trend(rows)
     if len(trend) >= 2:
         gaps = [gap for _, gap in trend]
         grows = all(b > a for a, b in zip(gaps, gaps[1:], strict=False))
         shown = ", ".join(f"{length} steps {gap:+.3f}" for length, gap in trend)
         verdict = "grows" if grows else "does not grow monotonically"
-        names = ", ".join(rows.loc[rows["setting"] == setting, "name"])
-        lines.append(f"**Length:** across {names}, the AUC gap {verdict} with length ({shown}).")
+        where = ", ".join(names)
+        lines.append(f"**Length:** across {where}, the AUC gap {verdict} with length ({shown}).")
     if warnings:
         lines += ["", "Skipped runs:", *[f"- {w}" for w in warnings]]
     return "\n".join(lines) + "\n"

@@ -67,29 +67,30 @@ def test_unpaired_seeds_are_left_out():
 
 def test_a_base_recipe_is_a_setting_and_the_length_trend_reads_lengths():
     """A base policy stopped early (``bootstrap_options.steps``) is the hard regime: its rows
-    stay apart from the default's, and each regime has its own length trend."""
+    stay apart from the default's, and each regime has its own length trend; a setting whose
+    other task options differ (a slip rate) is not part of the series."""
     rows = []
-    for length, gap, setting in (
-        (4, 0.01, "bootstrap_options.steps=400,"),
-        (6, 0.03, "bootstrap_options.steps=400,"),
-        (12, 0.08, "bootstrap_options.steps=400,"),
-        (4, 0.02, ""),
+    for options, gap, setting in (
+        ("steps=4", 0.01, "bootstrap_options.steps=400,"),
+        ("steps=6", 0.03, "bootstrap_options.steps=400,"),
+        ("steps=12", 0.08, "bootstrap_options.steps=400,"),
+        ("slip_rate=0.1,steps=10", 0.00, "bootstrap_options.steps=400,"),
+        ("steps=4", 0.02, ""),
     ):
         for method, shift in (("grpo", 0.0), ("oracle", gap)):
             finals = [0.3 + shift, 0.4 + shift]
-            rows += run_rows(
-                f"steps={length}", f"{setting}prompts_per_step=4", method, finals, finals
-            )
+            rows += run_rows(options, f"{setting}prompts_per_step=4", method, finals, finals)
     result = validation_table(pd.DataFrame(rows), reps=200)
     hard = "bootstrap_options.steps=400,prompts_per_step=4"
     assert set(result["setting"]) == {hard, "prompts_per_step=4"}
     assert list(result.loc[result["setting"] == hard, "options"]) == [
+        "slip_rate=0.1,steps=10",
         "steps=4",
         "steps=6",
         "steps=12",
     ]  # natural order
-    setting, trend = length_trend(result)
-    assert setting == hard
+    names, trend = length_trend(result)
+    assert names == [f"steps={n}-{hard}" for n in (4, 6, 12)]  # the runs' folder names
     assert [n for n, _ in trend] == [4, 6, 12]
     assert [g for _, g in trend] == pytest.approx([0.01, 0.03, 0.08])
 

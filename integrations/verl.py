@@ -18,9 +18,10 @@ DAPO runs with verl's own dynamic sampling: its rollout only keeps the groups wh
 differ (`CreditMethod.group_filter`), which verl's v1 trainer does with
 ``trainer.use_v1=True algorithm.filter_groups.enable=True algorithm.filter_groups.metric=reward``
 (`VERL_MIXED_GROUPS_SETTINGS`; the reward before shaping, as the paper's condition is on
-correctness); the estimator refuses to run with the filter off. Its overlong L_max is the generation limit, which verl does not hand to an
-estimator, so it is registered with it: ``register("creditbench_dapo", "dapo",
-max_new_tokens=20480)`` (``creditbench reproduce dapo --engine verl`` writes that line).
+correctness); the estimator refuses to run with the filter off. Its overlong L_max is the
+generation limit, which verl does not hand to an estimator, so it is registered with it:
+``register("creditbench_dapo", "dapo", max_new_tokens=20480)`` (``creditbench reproduce dapo
+--engine verl`` writes that line).
 
 What each side decides:
 

@@ -248,13 +248,14 @@ def length_trend(rows: pd.DataFrame, column: str = "auc_gap") -> tuple[list[str]
     best: tuple[list[str], list[tuple[int, float]]] = ([], [])
     others = rows["options"].map(lambda options: re.sub(r"(?:^|,)steps=\d+", "", options))
     for _, group in rows.groupby([rows["setting"], others], sort=False):
-        pairs, names = [], []
-        for options, gap, name in zip(group["options"], group[column], group["name"], strict=True):
-            if (length := _chain_length(options)) is not None and math.isfinite(gap):
-                pairs.append((length, float(gap)))
-                names.append(name)
-        if len(pairs) > len(best[1]):
-            best = (names, sorted(pairs))
+        columns = zip(group["options"], group[column], group["name"], strict=True)
+        series = sorted(
+            (length, float(gap), name)
+            for options, gap, name in columns
+            if (length := _chain_length(options)) is not None and math.isfinite(gap)
+        )
+        if len(series) > len(best[1]):
+            best = ([name for *_, name in series], [(length, gap) for length, gap, _ in series])
     return best
 
 

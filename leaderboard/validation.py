@@ -236,8 +236,11 @@ def validation_csv(rows: pd.DataFrame) -> str:
     return out.to_csv(index=False, float_format="%.4f")
 
 
+CHAIN_LENGTH = re.compile(r"(?:^|,)steps=(\d+)")  # the chain task's option in a run's options
+
+
 def _chain_length(options: str) -> int | None:
-    found = re.search(r"(?:^|,)steps=(\d+)", options)
+    found = CHAIN_LENGTH.search(options)
     return int(found.group(1)) if found else None
 
 
@@ -246,7 +249,7 @@ def length_trend(rows: pd.DataFrame, column: str = "auc_gap") -> tuple[list[str]
     their ``(length, gap)`` pairs, by length. Settings whose other task options differ (slip
     rates) are not one series."""
     best: tuple[list[str], list[tuple[int, float]]] = ([], [])
-    others = rows["options"].map(lambda options: re.sub(r"(?:^|,)steps=\d+", "", options))
+    others = rows["options"].map(lambda options: CHAIN_LENGTH.sub("", options))
     for _, group in rows.groupby([rows["setting"], others], sort=False):
         columns = zip(group["options"], group[column], group["name"], strict=True)
         series = sorted(

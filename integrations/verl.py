@@ -33,7 +33,9 @@ What each side decides:
   actor settings for what verl owns: ``clip_ratio_low``/``clip_ratio_high`` (else
   ``clip_ratio``), dual-clip ``clip_ratio_c``, ``loss_agg_mode``, ``loss_scale_factor`` and the
   global token and sequence counts that make micro-batch losses add up across data-parallel
-  ranks. Set them to the method's published values (its docs page lists them).
+  ranks. Set them to the method's published values (its docs page lists them). A method with a
+  sequence ratio (GSPO) does not read ``clip_ratio_c``, as verl's own ``gspo`` loss does not:
+  its dual clip is its own ``dual_clip`` (off by default).
 
 The returns are the advantages (an outcome reward at γ = 1, as verl's GRPO returns). verl's
 rollout-correction weights are refused rather than ignored.
@@ -147,11 +149,17 @@ def policy_loss(method: CreditMethod):
             raise ValueError(f"{PREFIX}{method.name}: verl passed no actor config")
         clip = config.get("clip_ratio", 0.2)
         low, high = config.get("clip_ratio_low"), config.get("clip_ratio_high")
+        # verl's dual clip is its token-ratio losses' (vanilla): its sequence-ratio loss
+        # (compute_policy_loss_gspo) never reads clip_ratio_c, and GSPO has no dual clip
+        # (arXiv 2507.18071, Eq. 5); a sequence-ratio method keeps its own dual_clip
+        dual_clip = method.config.dual_clip
+        if method.config.ratio_level != "sequence":
+            dual_clip = config.get("clip_ratio_c", 3.0)
         cfg = replace(
             method.config,
             eps_low=clip if low is None else low,
             eps_high=clip if high is None else high,
-            dual_clip=config.get("clip_ratio_c", 3.0),
+            dual_clip=dual_clip,
             aggregation=loss_agg_mode,
         )
         info = dict(config.get("global_batch_info") or {})

@@ -29,6 +29,11 @@ Deviations:
     - std is unbiased plus 1e-6, and a group of one gets advantage 0, as in ``grpo``.
     - The sequence log-ratio is clamped at 10 before the exponential (verl does the same), so
       a response far off-policy cannot overflow.
+    - No dual clip (``dual_clip=None``), as Eq. (5) has none and neither has verl's ``gspo``
+      loss (verl 0.9.1, ``compute_policy_loss_gspo``), which never reads ``clip_ratio_c``;
+      with one, every negative-advantage token of a response whose ratio s_i exceeds c would
+      lose its gradient. Inside verl, ``creditbench_gspo`` ignores ``clip_ratio_c`` likewise
+      (verl's default c = 3 is its token-ratio loss's); ``dual_clip=c`` turns it on.
 """
 
 from __future__ import annotations

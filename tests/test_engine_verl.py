@@ -185,6 +185,69 @@ def test_gspo_loss_takes_a_sequence_ratio_with_verls_clip():
     torch.testing.assert_close(same, expected, **TOL)
 
 
+def _gspo_inputs(seed: int):
+    """Whole responses far off-policy (a sequence log-ratio of up to 1.8, a sequence ratio
+    up to e^1.8 ~ 6, beyond a dual clip at 3) and advantages that vary along each response,
+    with both signs inside one response."""
+    gen = torch.Generator().manual_seed(200 + seed)
+    _, mask, _ = _batch(seed, singletons=False)
+    old = -torch.rand(mask.shape, generator=gen) * 3
+    shift = torch.empty(mask.shape[0], 1).uniform_(-1.5, 1.8, generator=gen)
+    new = old + shift + torch.randn(mask.shape, generator=gen) * 0.3
+    advantages = torch.randn(mask.shape, generator=gen) * mask
+    return old, new, advantages, mask
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    "mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+)
+@pytest.mark.parametrize("clip", [(3e-4, 4e-4), (0.2, 0.28)])
+@pytest.mark.parametrize("global_counts", [False, True])
+def test_gspo_matches_verls_gspo_loss_which_has_no_dual_clip(seed, mode, clip, global_counts):
+    """verl's ``gspo`` loss (GSPO-token, arXiv 2507.18071 §4.3) never reads ``clip_ratio_c``:
+    with verl's default actor config (``clip_ratio_c = 3``) ours must not dual-clip either."""
+    old, new, advantages, mask = _gspo_inputs(seed)
+    seq_ratio = torch.exp(((new - old) * mask).sum(-1) / mask.sum(-1)).unsqueeze(-1)
+    # a dual clip at c = 3 would act here: negative advantages on responses whose ratio is > 3
+    assert torch.any((advantages < 0) & (mask > 0) & (seq_ratio > 3.0))
+    config = ActorConfig(
+        strategy="fsdp",
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        clip_ratio_low=clip[0],
+        clip_ratio_high=clip[1],
+        loss_agg_mode=mode,
+    )
+    assert config.clip_ratio_c == 3.0  # verl's default, which its vanilla loss dual-clips with
+    if global_counts:  # a micro-batch of a global batch over two data-parallel ranks
+        config.global_batch_info.update(
+            dp_size=2, batch_num_tokens=3 * float(mask.sum()), global_batch_size=40
+        )
+    results = []
+    for name in ("gspo", "creditbench_gspo"):
+        log_prob = new.clone().requires_grad_(True)
+        loss, metrics = core_algos.get_policy_loss_fn(name)(
+            old_log_prob=old,
+            log_prob=log_prob,
+            advantages=advantages,
+            response_mask=mask,
+            loss_agg_mode=mode,
+            config=config,
+            rollout_is_weights=None,
+        )
+        loss.backward()
+        results.append((loss.detach(), log_prob.grad, metrics))
+    (theirs, their_grad, their_metrics), (ours, our_grad, our_metrics) = results
+    assert torch.count_nonzero(their_grad) > 0
+    torch.testing.assert_close(ours, theirs, **TOL)
+    torch.testing.assert_close(our_grad, their_grad, **TOL)
+    assert our_metrics["actor/ppo_kl"] == pytest.approx(their_metrics["actor/ppo_kl"], abs=1e-6)
+    assert their_metrics["actor/pg_clipfrac_lower"] == 0.0
+    clip_frac = our_metrics["actor/creditbench_clip_frac"]
+    assert clip_frac == pytest.approx(their_metrics["actor/pg_clipfrac"], abs=1e-6)
+
+
 def test_rollout_correction_weights_are_refused_not_ignored():
     old, new, advantages, mask = _loss_inputs(0)
     with pytest.raises(ValueError, match="rollout_correction"):

@@ -183,8 +183,9 @@ class Services(Protocol):
 
     def sample_batch(self) -> RolloutBatch:
         """The default rollout: the step's next ``prompts_per_step`` problems, ``group_size``
-        responses each, graded, with behaviour (and reference) log-probs and, on a step-checked
-        task, ``step_ids`` and :data:`STEP_TRUTH_KEYS`. A second call in the same step draws
+        responses each, graded, with behaviour (and reference) log-probs, ``step_ids`` on a task
+        with steps (the testbed's lines, GSM8K's lines, MATH's sentences) and, on a step-checked
+        task, :data:`STEP_TRUTH_KEYS`. A second call in the same step draws
         other problems (DAPO's refill). Charged: generation, plus a scoring forward of the
         policy (and of the reference model when the run has one)."""
         ...
@@ -330,7 +331,7 @@ class Services(Protocol):
 
     def delimited_step_ids(self, batch: RolloutBatch, delimiter: str) -> Tensor:
         """``[B, T]`` step index of every response token, a step ending with each
-        ``delimiter``; -1 on EOS and padding: steps for a task without a step checker."""
+        ``delimiter``; -1 on EOS and padding: steps for a task without its own."""
         ...
 
     # --- statistics -------------------------------------------------------------------------

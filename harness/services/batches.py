@@ -1,6 +1,7 @@
 """Graded batches: sampled (or given) responses turned into a :class:`RolloutBatch` with
-rewards from the task's grader, behaviour (and reference) log-probs from a scoring pass, and,
-on a step-checked task, the step ground truth (``step_ids`` and :data:`STEP_TRUTH_KEYS`).
+rewards from the task's grader, behaviour (and reference) log-probs from a scoring pass, on a
+task with steps (:class:`~creditbench.harness.tasks.base.SteppedTask`) the ``step_ids`` of its
+``step_spans``, and on a step-checked task the step ground truth (:data:`STEP_TRUTH_KEYS`).
 
 Rows of every graded batch carry ``extras[PROBLEM_INDEX]`` (``[B]`` long), the index of their
 problem in the task's train split; the services use it to grade, to build prompt variants and
@@ -30,7 +31,9 @@ class GradedBatches:
         train_problems: the task's train split, indexed by ``problem_index``.
         scoring: the run's scoring passes (behaviour log-probs are a policy forward).
         with_reference: also score every batch under the frozen reference model.
-        step_checked: attach the step ground truth.
+        step_checked: attach the step ground truth (and ``step_ids``).
+        stepped: attach ``step_ids`` from the task's ``step_spans`` (a task with steps and no
+            step checker: GSM8K, MATH).
     """
 
     def __init__(
@@ -42,10 +45,12 @@ class GradedBatches:
         *,
         with_reference: bool,
         step_checked: bool,
+        stepped: bool = False,
     ) -> None:
         self.task, self.tokenizer, self.train_problems = task, tokenizer, train_problems
         self.scoring = scoring
         self.with_reference, self.step_checked = with_reference, step_checked
+        self.stepped = stepped or step_checked
         # Set per step by the trainer: the update's first forward gives the behaviour
         # log-probs (an exactly on-policy update), so the scoring pass is skipped.
         self.defer_behaviour = False
@@ -98,24 +103,27 @@ class GradedBatches:
             batch.old_logprobs = self.scoring.score(batch)
         if self.with_reference:
             batch.ref_logprobs = self.scoring.score(batch, model="reference")
-        if problems is not None and self.step_checked:
+        if problems is not None and self.stepped:
             step_ids, step_extras = self._step_ground_truth(problems, samples)
             batch.step_ids = step_ids
             extras.update(step_extras)
         return batch
 
     def _step_ground_truth(self, problems, samples: Samples) -> tuple[Tensor, dict[str, Tensor]]:
-        """``step_ids`` ``[B, T]`` and the :data:`STEP_TRUTH_KEYS` masks from the step checker."""
+        """``step_ids`` ``[B, T]`` from the task's step spans and, on a step-checked task, the
+        :data:`STEP_TRUTH_KEYS` masks from its step checker (none otherwise)."""
         from creditbench.harness.tasks.steps import step_extras, token_char_offsets, token_step_ids
 
         width = samples.response_ids.shape[1]
         step_ids = torch.full((len(problems), width), -1, dtype=torch.long)
-        masks = {key: torch.zeros((len(problems), width)) for key in STEP_TRUTH_KEYS}
+        checked = STEP_TRUTH_KEYS if self.step_checked else ()
+        masks = {key: torch.zeros((len(problems), width)) for key in checked}
         lengths = samples.response_mask.sum(-1).long().tolist()
         for row, (problem, text) in enumerate(zip(problems, samples.texts, strict=True)):
             tokens = samples.response_ids[row, : lengths[row]].tolist()
             offsets = token_char_offsets(self.tokenizer, tokens)
-            for key, values in step_extras(self.task, problem, text, offsets).items():
+            truth = step_extras(self.task, problem, text, offsets) if checked else {}
+            for key, values in truth.items():
                 if key in masks and values:
                     masks[key][row, : len(values)] = torch.tensor(values, dtype=torch.float32)
             ids = token_step_ids(offsets, self.task.step_spans(text))

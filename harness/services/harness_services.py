@@ -31,7 +31,7 @@ from creditbench.harness.services.batches import GradedBatches
 from creditbench.harness.services.prompts import PromptSchedule
 from creditbench.harness.services.task_values import task_state_values
 from creditbench.harness.services.text import TaskText
-from creditbench.harness.tasks.base import is_step_checked
+from creditbench.harness.tasks.base import has_steps, is_step_checked
 from creditbench.methods.contract import PREFIX_MASK
 from creditbench.methods.core import RolloutBatch
 
@@ -44,8 +44,8 @@ class HarnessServices:
     """The services of one run (the :class:`~creditbench.methods.contract.Services` contract).
 
     Args:
-        task: the task (``problems``, ``grade``; step-checked tasks also ``first_wrong_step``,
-            ``step_spans``, ``variant``).
+        task: the task (``problems``, ``grade``; tasks with steps ``step_spans``; step-checked
+            tasks also ``first_wrong_step``, ``variant``).
         policy, tokenizer: the model being trained and its tokenizer.
         meter: the run's budget meter.
         rollout: the run's :class:`~creditbench.harness.config.RolloutConfig`.
@@ -102,6 +102,7 @@ class HarnessServices:
             self.scoring,
             with_reference=reference is not None,
             step_checked=self.step_checked,
+            stepped=has_steps(task),
         )
         self.text = TaskText(task, tokenizer, self.train_problems)
 

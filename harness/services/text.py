@@ -45,7 +45,8 @@ class TaskText:
     def delimited_step_ids(self, batch: RolloutBatch, delimiter: str) -> Tensor:
         """``[B, T]`` step index of every response token, a step being the text up to and
         including each ``delimiter`` (a blank line, ``</thought>``), the rest the last step;
-        ``-1`` on the end-of-sequence token and padding. Steps for tasks without a checker."""
+        ``-1`` on the end-of-sequence token and padding. Steps for tasks without their own
+        (``step_spans``)."""
         from creditbench.harness.tasks.steps import token_char_offsets, token_step_ids
 
         out = torch.full(batch.response_ids.shape, -1, dtype=torch.long)

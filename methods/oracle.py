@@ -195,8 +195,10 @@ class Oracle(CreditMethod):
         if cfg.mode == "exact":
             if FILLER_MASK not in extras:
                 raise ValueError("oracle needs the step ground truth; the batch lacks filler_mask")
+            if STATE_VALUES not in extras:  # a reference never falls back to a weaker credit
+                raise ValueError(f"oracle: the batch lacks {STATE_VALUES} (its rollout sets them)")
             filler = extras[FILLER_MASK]
-            advantages = exact_advantages(batch, extras.get(STATE_VALUES), filler)
+            advantages = exact_advantages(batch, extras[STATE_VALUES], filler)
             if cfg.whiten:  # over the tokens that carry credit: fillers stay 0
                 advantages = masked_whiten(advantages, batch.response_mask * (1.0 - filler))
             return advantages

@@ -119,13 +119,20 @@ def exact_advantages(
     batch: RolloutBatch, values: Tensor | None, zero_mask: Tensor | None = None
 ) -> Tensor:
     """``[B, T]`` exact step credit of a batch from ``values`` ``[B, S]`` (:data:`STATE_VALUES`;
-    None reads it as :func:`uninformed_values`). A batch without ``step_ids`` is one step."""
+    None reads it as :func:`uninformed_values`). A batch without ``step_ids`` is one step.
+    Values of another shape than the batch's states raise ValueError: they belong to another
+    batch or another cut of the steps, and credit from them would be wrong without a word."""
     step_ids = batch.step_ids
     if step_ids is None:
         step_ids = torch.zeros_like(batch.response_ids)
     starts, valid = state_starts(step_ids)
-    if values is None or values.shape != valid.shape:
+    if values is None:
         values = uninformed_values(batch, valid)
+    elif values.shape != valid.shape:
+        raise ValueError(
+            f"values: shape {tuple(values.shape)} does not match the batch's states "
+            f"{tuple(valid.shape)} (rows x states of its step_ids)"
+        )
     credit = step_credit(values, valid, batch.rewards)
     chunks = chunk_ids(starts, valid, batch.response_ids.shape[1])
     return credit_to_tokens(credit, chunks, batch.response_mask, zero_mask)

@@ -186,18 +186,19 @@ def test_the_analytic_estimator_takes_the_tasks_values_inside_a_reference_block(
 
 @given(batch=rollout_batches(extras=True))
 def test_exact_credit_is_non_zero_where_grpo_has_none(batch) -> None:
-    """A batch without estimates reads every state at its group's mean: the credit is then
-    R - mean on the last chunk, zero in a group of equal rewards as GRPO's; with estimates the
-    oracle has credit in all-fail groups too (a lower value after a step)."""
-    got = Oracle().advantages(batch)
-    equal = _scores(batch) == 0
-    assert (got[equal] == 0).all()
+    """A batch without estimates is refused (the reference never falls back to group-mean
+    credit, which is zero in a group of equal rewards as GRPO's); with estimates the oracle
+    has credit in all-fail groups too (a lower value after a step)."""
+    batch.extras.pop(STATE_VALUES, None)
+    with pytest.raises(ValueError, match="^oracle: the batch lacks state_values"):
+        Oracle().advantages(batch)
     starts, valid = state_starts(batch.step_ids)
     values = torch.linspace(0.9, 0.1, valid.shape[1]).expand(valid.shape).clone()
     batch.extras[STATE_VALUES] = values
-    failed = (batch.rewards == 0) & (batch.step_ids.max(-1).values >= 1)
-    with_values = Oracle().advantages(batch)
     own = batch.response_mask * (1 - batch.extra(FILLER_MASK))
+    # a failed response with steps and a token of its own (not all filler) carries credit
+    failed = (batch.rewards == 0) & (batch.step_ids.max(-1).values >= 1) & (own.sum(-1) > 0)
+    with_values = Oracle().advantages(batch)
     assert ((with_values * own)[failed].sum(-1) < 0).all()
 
 

@@ -192,3 +192,14 @@ def test_pooled_states_share_the_mean_of_their_continuations():
     assert torch.allclose(pooled[:, 3], torch.full((8,), expected))
     others = torch.arange(own.shape[1]) != 3
     assert torch.equal(pooled[:, others], own[:, others])
+
+
+def test_values_of_another_shape_are_refused_not_replaced_by_group_mean_credit():
+    """A reference never degrades silently: values that do not fit the batch's states (another
+    batch's, another cut of the steps) raise instead of becoming outcome credit."""
+    batch = random_chain(16, seed=5)
+    starts, valid = state_starts(batch.step_ids)
+    with pytest.raises(ValueError, match=r"^values: shape \(16, 2\) does not match"):
+        exact_advantages(batch, torch.zeros(16, 2))
+    with pytest.raises(ValueError, match="does not match"):
+        exact_advantages(batch, torch.zeros(valid.shape[0], valid.shape[1] + 1))

@@ -8,8 +8,10 @@ the rules below are those of the authors' code (github.com/bhai114/ccpo).
 The Think-Solve dyad, G samples per prompt x, one policy π in both roles:
 
     z_k ~ π(· | thinker(x))       the thinker's hint          (text only)
-    a_k ~ π(· | solver(x, z_k))   the joint answer            R_joint,k
+    a_k ~ π(· | solver(x, z̃_k))   the joint answer            R_joint,k
     b_k ~ π(· | x)                the solver alone (agent 1 removed, the counterfactual)  R_solo,k
+
+with z̃_k the hint without a final \\boxed{...}, so the solver is not handed an answer to copy.
 
 v3 code (credit="event", the default), outcomes read as ±1, b(x) = mean_k R_solo,k:
 
@@ -43,6 +45,10 @@ Deviations:
       between-batch mean shifts); population variance is our reading of "the batch variance".
     - Solo answers are generated every step but never trained on (both codes use them only
       as baselines); v1's format rewards (\\boxed) have no counterpart on the testbed.
+    - The solver sees the thought without a final ``\\boxed{...}`` (``strip_final_boxed``),
+      as the v3 code's ``_strip_final_boxed`` does; its pattern takes no nested braces, so it
+      leaves ``\\boxed{\\frac{1}{2}}`` in place, which is stripped here too. The thinker still
+      trains on what it wrote. On the testbed it changes nothing (its alphabet has no backslash).
     - A group of one gets advantage 0 (verl keeps the raw reward).
     - The voting topology of v1 and v3's SEPO allocator are not implemented.
 """
@@ -67,6 +73,23 @@ CREDITS = ("event", "difference", "running")
 BASELINES = ("auto", "group_mean", "paired")
 TRAIN_ROLES = ("alternate", "both", "thinker", "solver")
 THINKER, SOLVER = 0, 1
+
+
+def strip_final_boxed(text: str) -> str:
+    """``text`` right-stripped and without a ``\\boxed{...}`` that ends it (braces matched):
+    the thinker's text as the solver is shown it, so that a thought that gives away its
+    answer cannot be copied (the v3 code's ``_strip_final_boxed``). A box followed by
+    anything but whitespace stays."""
+    body = text.rstrip()
+    start = body.rfind("\\boxed{")
+    if start < 0:
+        return body
+    depth = 0
+    for end in range(start + len("\\boxed"), len(body)):
+        depth += {"{": 1, "}": -1}.get(body[end], 0)
+        if depth == 0:
+            return body[:start].rstrip() if end == len(body) - 1 else body
+    return body  # the box never closes
 
 
 def signed_outcome(rewards: Tensor) -> Tensor:
@@ -225,7 +248,11 @@ class CCPO(CreditMethod):
         # solo: the counterfactual, the solver on the plain prompt; joint: the solver shown
         # the thinker's k-th hint, paired with the k-th solo answer
         solo, thinker, joint = hinted_rollout(
-            services, "thinker", "solver", hint_max_new_tokens=cfg.thinker_max_new_tokens or None
+            services,
+            "thinker",
+            "solver",
+            hint_max_new_tokens=cfg.thinker_max_new_tokens or None,
+            hint_text=strip_final_boxed,
         )
 
         mode = cfg.solo_baseline

@@ -171,6 +171,17 @@ class Services(Protocol):
         is truncated. DAPO's L_max and Dr. GRPO's constant L default to it."""
         ...
 
+    @property
+    def budget_fraction(self) -> float:
+        """How far the run is through its budget: the fraction spent *before* this step began
+        (``spent / amount`` of the run's budget meter, in the run's budget unit: FLOPs,
+        seconds, generated tokens or optimizer steps), 0.0 at the first step and whenever the
+        run has no budget amount. One value for the whole step, whatever the step charges; it
+        may exceed 1 only after the last step. A schedule stated as a share of training (SCAPO's
+        N0, the first 20% of it) reads this, so it needs no step count sized to the suite.
+        Charged: nothing."""
+        ...
+
     # --- randomness -------------------------------------------------------------------------
 
     def generator(self, stream: int) -> torch.Generator:

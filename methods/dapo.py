@@ -38,6 +38,12 @@ Deviations:
       batches are drawn. If they run out, the step trains on the groups found, or, with
       none, on the last batch, whose advantages are then all 0 (a no-op step). Groups beyond
       one batch's worth are dropped.
+    - When those rounds run out, verl's DAPO trainer stops the run instead: with fewer
+      groups than ``train_batch_size`` after ``max_num_gen_batches`` (> 0) generation
+      batches it raises ValueError ("Generated too many. Please check if your data are too
+      difficult."; ``recipe/dapo/dapo_ray_trainer.py``, e.g. at commit 9d77200, before the
+      recipes moved to verl-recipe; the check is quoted in verl's ``docs/algo/dapo.md``).
+      Here the step trains on the groups it found (above), so a hard batch ends no run.
     - The paper's rewards are +1/-1; the task's rewards are used as they are (0/1 on the
       testbed), so the length penalty weighs twice as much against correctness.
     - std is unbiased plus 1e-6, and a group of one gets advantage 0, as in ``grpo``.

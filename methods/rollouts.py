@@ -20,7 +20,7 @@ Imports torch only, like every file of ``methods/``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -142,6 +142,7 @@ def hinted_rollout(
     answer_variant: str,
     *,
     hint_max_new_tokens: int | None = None,
+    hint_text: Callable[[str], str] | None = None,
 ) -> tuple[RolloutBatch, RolloutBatch, RolloutBatch]:
     """One policy in two roles, as three batches of the step's prompts:
 
@@ -150,6 +151,9 @@ def hinted_rollout(
       ``PROBLEM_INDEX``;
     - ``answers``: one graded answer per hint under the ``answer_variant`` prompt that shows
       it, in the hints' groups, so the k-th answer pairs with the k-th hint and solo answer.
+
+    ``hint_text`` maps each decoded hint to the text the answerer is shown (CCPO strips a
+    final ``\\boxed{}``); the ``hints`` batch keeps what was sampled.
     """
     solo = services.sample_batch()
     first, size = adjacent_groups(solo)
@@ -160,7 +164,10 @@ def hinted_rollout(
         max_new_tokens=hint_max_new_tokens,
     )
     hints.extras = {**(hints.extras or {}), PROBLEM_INDEX: problems}
-    prompts = services.variant(hints, answer_variant, hints=services.decode(hints))
+    texts = services.decode(hints)
+    if hint_text is not None:
+        texts = [hint_text(text) for text in texts]
+    prompts = services.variant(hints, answer_variant, hints=texts)
     answers = services.generate(prompts, n=1, problem_index=problems)
     answers.group_ids = hints.group_ids.clone()
     return solo, hints, answers

@@ -20,18 +20,23 @@ is never rewarded: Ã ≤ A on every token, with equality where u ≥ 0 and afte
 SCAPO is plain GRPO and makes no extra passes.
 
 Defaults from the paper (§4.1, App. E.1): K = 4 rewrites (one of each kind), λ0 = 0.01,
-ε_low = 0.2, ε_high = 0.28, token-mean, no KL, GRPO std unbiased + 1e-6 (EasyR1).
+N0 = 20% of training (120 of 600 policy steps at 4B, 200 of 1,000 at 1.7B), ε_low = 0.2,
+ε_high = 0.28, token-mean, no KL, GRPO std unbiased + 1e-6 (EasyR1).
 
 Deviations:
     - ``rewrites``: the task's four rule-based rewrite kinds (template, typo, framing, suffix)
       stand in for the paper's offline GPT-written paraphrase / typo / scenario / irrelevant-
       context rewrites; each keeps every number and the answer.
-    - ``n0_steps`` = 2: the paper's N0 is 20% of training (120 of 600, 200 of 1,000 policy
-      steps); 2 is about a third of the 6 steps SCAPO gets in the quick suite (its extra
-      passes buy fewer steps than GRPO's 8); use about 15 under the standard suite's 10x
-      budget. It counts trainer steps, one optimizer step each under the default
-      ``train.minibatches=1``; the paper's two mini-batches per rollout step make its N0 even,
-      so its switch also falls on a rollout-step boundary.
+    - N0 is ``n0_fraction`` = 0.2 of the run's budget (the paper's 120 of 600 and 200 of
+      1,000 policy steps): a step gets the penalty while the budget spent before it,
+      ``services.budget_fraction``, is below 0.2, so every suite and budget gets the paper's
+      share without a step count. The fraction is in the run's budget unit: with
+      ``budget.unit=steps`` (optimizer steps) it is the paper's count of policy steps; under a
+      FLOP or wall-clock budget the early steps, which pay K extra passes, are dearer than
+      later ones, so the first 20% of the budget holds somewhat fewer than 20% of the steps
+      (the paper measured the passes at 1.8% of its runtime, Fig. 5). ``n0_steps`` (default
+      null) overrides it with a count of trainer steps, one optimizer step each under the
+      default ``train.minibatches=1``.
     - ``zscore_std`` = population, ``zscore_eps`` = 1e-6 (the paper gives neither); the group
       statistics are taken in float64 so that an exactly constant drift scores exactly 0.
     - ``zero_variance_groups`` = apply: Eq. 9 read literally, so all-right or all-wrong groups
@@ -142,9 +147,12 @@ def scapo_advantages(
     return (advantages + lam * part) * mask
 
 
-def scapo_lambda(step: int, lambda0: float, n0_steps: int) -> float:
-    """λ of the step with 0-based index ``step`` (policy step n = step + 1): λ0 while n ≤ N0."""
-    return lambda0 if step < n0_steps else 0.0
+def scapo_lambda(lambda0: float, progress: float, n0: float) -> float:
+    """λ of a step: λ0 during the first N0 of training, 0 afterwards, i.e. λ0 while the
+    step's ``progress`` is below ``n0``. Either both are shares of the run's budget (the
+    fraction spent before the step, and N0 = 0.2: with a budget of T policy steps, steps
+    n = 1..0.2·T get λ0), or both count steps (the 0-based step index, and N0 in steps)."""
+    return lambda0 if progress < n0 else 0.0
 
 
 @dataclass
@@ -153,7 +161,10 @@ class SCAPOConfig(GRPOConfig):
 
     Attributes:
         lambda0: weight λ0 of the instability penalty.
-        n0_steps: N0, the policy steps that get it; plain GRPO afterwards.
+        n0_fraction: N0 as the share of the run's budget that gets it (steps starting below
+            it); plain GRPO afterwards.
+        n0_steps: N0 as a count of trainer steps instead, overriding ``n0_fraction``; null
+            (the default) uses the fraction.
         rewrites: the task's prompt variants scored as semifactual rewrites, one pass each.
         zscore_eps: ε of both group z-scores.
         zscore_std: ``population`` or ``unbiased`` std in the group z-scores.
@@ -164,7 +175,8 @@ class SCAPOConfig(GRPOConfig):
     eps_high: float = 0.28
     aggregation: str = "token-mean"
     lambda0: float = 0.01
-    n0_steps: int = 2
+    n0_fraction: float = 0.2
+    n0_steps: int | None = None
     rewrites: tuple[str, ...] = REWRITES
     zscore_eps: float = 1e-6
     zscore_std: str = "population"
@@ -175,7 +187,8 @@ class SCAPOConfig(GRPOConfig):
         super().__post_init__()
         checks = [
             ("lambda0", self.lambda0 >= 0.0, "must be >= 0"),
-            ("n0_steps", self.n0_steps >= 0, "must be >= 0"),
+            ("n0_fraction", 0.0 <= self.n0_fraction <= 1.0, "must be in [0, 1]"),
+            ("n0_steps", self.n0_steps is None or self.n0_steps >= 0, "must be >= 0 or null"),
             ("rewrites", len(self.rewrites) >= 1, "must name at least one prompt variant"),
             ("rewrites", len(set(self.rewrites)) == len(self.rewrites), "must not repeat"),
             ("zscore_eps", self.zscore_eps > 0.0, "must be > 0"),
@@ -208,7 +221,11 @@ class SCAPO(CreditMethod):
         base = broadcast_to_tokens(scores, mask)
         if services is None:
             raise ValueError("scapo: needs the harness services (scoring under the rewrites)")
-        lam = scapo_lambda(services.step, cfg.lambda0, cfg.n0_steps)
+        if cfg.n0_steps is None:  # N0 as a share of the run's budget (the paper's 20%)
+            progress, n0 = services.budget_fraction, cfg.n0_fraction
+        else:  # N0 as a count of steps
+            progress, n0 = float(services.step), float(cfg.n0_steps)
+        lam = scapo_lambda(cfg.lambda0, progress, n0)
         if lam == 0.0:
             return base
         # p0 is the behaviour policy's own pass; each rewrite costs one teacher-forced pass.

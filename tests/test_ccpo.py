@@ -24,6 +24,7 @@ from creditbench.methods.ccpo import (
     running_rewards,
     signed_outcome,
     solo_baseline,
+    strip_final_boxed,
 )
 from creditbench.methods.core import RolloutBatch, group_mean_std
 
@@ -336,3 +337,47 @@ def test_advantages_are_centred_without_std_by_default() -> None:
     assert adv[:, 0].tolist() == pytest.approx([1.0, -1.0, 1.0, -1.0])
     scaled = ccpo_advantages(rewards, mask, groups, scale_by_std=True)
     assert scaled[0, 0] == pytest.approx(1 / math.sqrt(2), rel=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# What the solver is shown of the thought
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("thought", "shown"),
+    [
+        ("plan: split 7. \\boxed{42}", "plan: split 7."),
+        ("plan \\boxed{\\frac{1}{2}} \n", "plan"),  # nested braces (the v3 regex keeps these)
+        ("so \\boxed{3} is wrong; redo", "so \\boxed{3} is wrong; redo"),  # not final: kept
+        ("x \\boxed{1} y \\boxed{2}", "x \\boxed{1} y"),  # only the final box
+        ("no box here  ", "no box here"),
+        ("unclosed \\boxed{4", "unclosed \\boxed{4"),
+    ],
+)
+def test_strip_final_boxed(thought: str, shown: str) -> None:
+    assert strip_final_boxed(thought) == shown
+
+
+@dataclass
+class BoxingTeamFake(TeamFake):
+    """A TeamFake whose thinker ends every thought with its answer in a box, and which keeps
+    the solver's prompts."""
+
+    solver_prompts: list[str] = field(default_factory=list)
+
+    def decode(self, batch: RolloutBatch) -> list[str]:
+        return [f"{text} so \\boxed{{17}} " for text in super().decode(batch)]
+
+    def variant(self, batch: RolloutBatch, kind: str, hints=None) -> list[str]:
+        prompts = super().variant(batch, kind, hints)
+        if kind == "solver":
+            self.solver_prompts += prompts
+        return prompts
+
+
+def test_the_solver_is_not_shown_the_thinkers_final_box() -> None:
+    fake = BoxingTeamFake([[0.0, 1.0]] * 2, [[1.0, 0.0]] * 2)
+    batch = CCPO(train_roles="both").rollout(fake)
+    assert len(fake.solver_prompts) == 4 and batch.size == 8
+    assert all(p.endswith(" so") and "boxed" not in p for p in fake.solver_prompts)

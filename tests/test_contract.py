@@ -127,3 +127,39 @@ def test_no_method_keeps_state_between_its_hooks():
             continue  # needs a rollout or ground truth the fake batch lacks (checked elsewhere)
         method.loss(batch.old_logprobs, batch, advantages, services=services)
         assert set(vars(method)) == before, f"{name} keeps {set(vars(method)) - before}"
+
+
+def test_the_harness_reads_the_budget_fraction_once_per_step():
+    """``budget_fraction`` is the share spent before the step began, fixed for the step; 0.0
+    on a meter without a budget amount."""
+    from creditbench.harness.budget import BudgetMeter
+    from creditbench.harness.config import RolloutConfig
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model
+    from creditbench.harness.tasks import get_task
+
+    task = get_task("chain", steps=2)
+    tokenizer = build_char_tokenizer(task_alphabet(task))
+    policy = build_model("nano", tokenizer, seed=0).eval()
+
+    def services(amount: float) -> HarnessServices:
+        meter = BudgetMeter.for_model(policy, unit="steps", amount=amount)
+        return HarnessServices(
+            task=task, policy=policy, tokenizer=tokenizer, meter=meter, micro_batch_size=4,
+            rollout=RolloutConfig(prompts_per_step=1, group_size=2, max_new_tokens=4), seed=0,
+        )  # fmt: skip
+
+    run = services(amount=10)
+    assert run.budget_fraction == 0.0
+    for _ in range(3):
+        run.meter.charge_optimizer_step()
+    run.begin_step(3)
+    assert run.budget_fraction == pytest.approx(0.3)
+    run.meter.charge_optimizer_step()  # spent within the step: seen by the next one
+    assert run.budget_fraction == pytest.approx(0.3)
+    run.begin_step(4)
+    assert run.budget_fraction == pytest.approx(0.4)
+    unset = services(amount=0)
+    unset.meter.charge_optimizer_step()
+    unset.begin_step(1)
+    assert unset.budget_fraction == 0.0

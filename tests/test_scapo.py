@@ -18,6 +18,7 @@ from creditbench.methods.scapo import (
     REWRITES,
     SCAPO,
     scapo_advantages,
+    scapo_lambda,
     stability_scores,
     token_drift,
 )
@@ -36,6 +37,7 @@ class DriftServices:
     gaps: dict[str, torch.Tensor]
     step: int = 0
     calls: list[str] = field(default_factory=list)
+    budget_fraction: float = 0.0
 
     def variant(self, batch: RolloutBatch, kind: str, hints=None) -> list[str]:
         self.calls.append(f"variant:{kind}")
@@ -77,6 +79,7 @@ def test_registered_with_the_papers_defaults() -> None:
     assert (cfg.eps_low, cfg.eps_high, cfg.aggregation) == (0.2, 0.28, "token-mean")
     assert (cfg.ratio_level, cfg.kl_coef, cfg.lambda0, cfg.sign) == ("token", 0.0, 0.01, "negative")
     assert cfg.rewrites == REWRITES and len(REWRITES) == 4
+    assert (cfg.n0_fraction, cfg.n0_steps) == (0.2, None), "N0: 20% of the run, no step count"
     assert set(REWRITES) <= set(PROMPT_VARIANTS), "every rewrite must be a task prompt variant"
 
 
@@ -85,6 +88,8 @@ def test_registered_with_the_papers_defaults() -> None:
     [
         ("lambda0", -0.1),
         ("n0_steps", -1),
+        ("n0_fraction", -0.1),
+        ("n0_fraction", 1.5),
         ("rewrites", ()),
         ("rewrites", ("rewrite_typo", "rewrite_typo")),
         ("zscore_eps", 0.0),
@@ -200,6 +205,39 @@ def test_after_n0_it_is_grpo_with_no_extra_passes(batch, seed, step, n0) -> None
         assert len(services.calls) == 2 * len(REWRITES)
 
 
+# N0 = 20% of the run's budget (§4.1: 120 of 600, 200 of 1,000 policy steps), read from
+# services.budget_fraction; the step index says nothing unless n0_steps is set. Each case
+# puts the step where a step count of 2 would decide the other way.
+@pytest.mark.parametrize(
+    ("fraction", "step", "on"),
+    [(0.0, 0, True), (0.19, 7, True), (0.2, 0, False), (0.5, 1, False), (1.0, 0, False)],
+)
+def test_n0_is_a_fifth_of_the_budget_whatever_the_step(fraction, step, on) -> None:
+    batch = build_batch([3, 2], [4, 3, 5, 2, 3], [1.0, 0.0, 1.0, 0.0, 1.0])
+    gaps = random_gaps(batch, seed=3)
+    services = DriftServices(gaps, step=step, budget_fraction=fraction)
+    got = SCAPO(lambda0=1.0).advantages(batch, services)
+    if on:
+        assert len(services.calls) == 2 * len(REWRITES)
+        assert not torch.equal(got, grpo(batch))
+    else:
+        assert services.calls == [] and torch.equal(got, grpo(batch))
+
+
+def test_a_paper_run_of_600_policy_steps_gets_the_penalty_on_its_first_120() -> None:
+    """A budget of 600 optimizer steps: step n (1-based) starts at fraction (n - 1) / 600."""
+    on = [scapo_lambda(0.01, (n - 1) / 600, 0.2) > 0 for n in range(1, 601)]
+    assert on == [True] * 120 + [False] * 480
+    assert SCAPO(n0_fraction=0.5).config.n0_fraction == 0.5
+
+
+@given(batch=rollout_batches(), fraction=st.floats(0.0, 1.0), step=st.integers(0, 6))
+def test_an_explicit_step_count_overrides_the_fraction(batch, fraction, step) -> None:
+    services = DriftServices(random_gaps(batch, 0), step=step, budget_fraction=fraction)
+    SCAPO(n0_steps=3, lambda0=1.0).advantages(batch, services)
+    assert (services.calls != []) == (step < 3)
+
+
 @given(batch=rollout_batches())
 def test_zero_drift_gives_exactly_grpo(batch) -> None:
     zeros = {k: torch.zeros_like(batch.response_mask) for k in REWRITES}
@@ -260,6 +298,6 @@ def test_one_policy_scoring_per_rewrite_under_its_variant_prompts() -> None:
     assert [p[0].split(" of group")[0] for p in services.prompts] == list(REWRITES)
     assert all(len(p) == batch.size for p in services.prompts)
     assert (got <= grpo(batch) + 1e-6).all() and not torch.equal(got, grpo(batch))
-    services.step, services.calls = 2, []
+    services.budget_fraction, services.calls = 0.2, []
     assert torch.equal(SCAPO().advantages(batch, services), grpo(batch))
     assert services.calls == []

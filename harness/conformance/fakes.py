@@ -28,10 +28,12 @@ from creditbench.methods.core import RolloutBatch
 
 class StepServices:
     """The per-step services every fake shares: the seeded generator and the stats channel,
-    as the harness implements them. A subclass (a dataclass) defines ``step`` and ``seed``."""
+    as the harness implements them. A subclass (a dataclass) defines ``step`` and ``seed``;
+    ``budget_fraction`` (the budget spent before the step) is 0.0 unless a subclass sets it."""
 
     step: int
     seed: int
+    budget_fraction: float = 0.0
 
     def generator(self, stream: int) -> torch.Generator:
         """Seeded as the harness seeds it: ``seed * stream + step``."""
@@ -47,12 +49,14 @@ class StepServices:
 @dataclass
 class FakeServices(StepServices):
     """Deterministic services. ``calls`` records what was asked, in order. The generation
-    limit is the fake batches' longest response (8 tokens)."""
+    limit is the fake batches' longest response (8 tokens); ``budget_fraction`` is what a
+    test sets (0.0: the run's start)."""
 
     step: int = 0
     seed: int = 0
     calls: list[str] = field(default_factory=list)
     max_new_tokens: int = 8
+    budget_fraction: float = 0.0
 
     def sample_batch(self) -> RolloutBatch:
         """Three groups (sizes 4, 4, 1) of 0/1-rewarded responses, fixed by ``seed + step``,

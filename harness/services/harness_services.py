@@ -118,8 +118,11 @@ class HarnessServices:
         """Called by the trainer before a step's rollout: the step number, a fresh stats dict,
         whether this step's batches leave the behaviour log-probs to the update, whether the
         step's method is a reference (it may run :meth:`reference_passes`), and whether its
-        batches carry the behaviour entropy (``CreditMethod.needs_behaviour_entropy``)."""
+        batches carry the behaviour entropy (``CreditMethod.needs_behaviour_entropy``).
+        The budget's spent fraction is read here, once, so every hook of the step sees the
+        same ``budget_fraction`` (0.0 on a meter without a budget amount)."""
         self.step = step
+        self.budget_fraction = self.meter.fraction() if self.meter.amount > 0 else 0.0
         self.stats = {}
         self.batches.defer_behaviour = defer_behaviour
         self.batches.with_entropy = behaviour_entropy

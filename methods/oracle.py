@@ -178,16 +178,19 @@ class Oracle(CreditMethod):
 
     def rollout(self, services: Services) -> RolloutBatch:
         batch = services.sample_batch()
-        cfg = self.config
-        if cfg.mode == "exact":
-            with services.reference_passes():
-                if cfg.estimator == "analytic":
-                    values = services.task_values(batch)
-                else:
-                    pools = correct_prefix_pools(batch) if cfg.pool_correct else None
-                    values = mc_state_values(services, batch, cfg.value_samples, pools)
-            batch.extras = {**(batch.extras or {}), STATE_VALUES: values}
+        if self.config.mode == "exact":
+            batch.extras = {**(batch.extras or {}), STATE_VALUES: self.values(batch, services)}
         return batch
+
+    def values(self, batch: RolloutBatch, services: Services) -> Tensor:
+        """``[B, S]`` the value of every state of the batch, by the configured estimator,
+        counted and not charged (:meth:`Services.reference_passes`)."""
+        cfg = self.config
+        with services.reference_passes():
+            if cfg.estimator == "analytic":
+                return services.task_values(batch)
+            pools = correct_prefix_pools(batch) if cfg.pool_correct else None
+            return mc_state_values(services, batch, cfg.value_samples, pools)
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config
@@ -195,10 +198,15 @@ class Oracle(CreditMethod):
         if cfg.mode == "exact":
             if FILLER_MASK not in extras:
                 raise ValueError("oracle needs the step ground truth; the batch lacks filler_mask")
-            if STATE_VALUES not in extras:  # a reference never falls back to a weaker credit
-                raise ValueError(f"oracle: the batch lacks {STATE_VALUES} (its rollout sets them)")
+            values = extras.get(STATE_VALUES)
+            if values is None:  # a batch from elsewhere (explain's shared batch): value it here
+                if services is None:  # a reference never falls back to a weaker credit
+                    raise ValueError(
+                        f"oracle: the batch lacks {STATE_VALUES} and no services can value it"
+                    )
+                values = self.values(batch, services)
             filler = extras[FILLER_MASK]
-            advantages = exact_advantages(batch, extras[STATE_VALUES], filler)
+            advantages = exact_advantages(batch, values, filler)
             if cfg.whiten:  # over the tokens that carry credit: fillers stay 0
                 advantages = masked_whiten(advantages, batch.response_mask * (1.0 - filler))
             return advantages

@@ -341,12 +341,9 @@ def test_a_loss_that_ignores_the_log_probs_has_zero_coefficients() -> None:
 
 @pytest.mark.parametrize("name", sorted(list_methods()))
 def test_every_registered_method_gets_the_diagnostic_as_the_trainer_computes_it(name) -> None:
-    """The trainer's call, on a batch whose groups share a prefix: defined and in range. A
-    reference method's batch is its own rollout's, which carries what it knows (the oracle's
-    values); it refuses a batch without."""
+    """The trainer's call, on a batch whose groups share a prefix: defined and in range."""
+    batch = with_shared_prefix(FakeServices().sample_batch(), 2)
     method, services = get_method(name)(), FakeServices()
-    plain = method.rollout(services) if method.reference else FakeServices().sample_batch()
-    batch = with_shared_prefix(plain, 2)
     advantages = method.advantages(batch, services)
     diag = loss_cancellation(
         lambda lp: method.loss(lp, batch, advantages, services=services)[0],

@@ -186,12 +186,18 @@ def test_the_analytic_estimator_takes_the_tasks_values_inside_a_reference_block(
 
 @given(batch=rollout_batches(extras=True))
 def test_exact_credit_is_non_zero_where_grpo_has_none(batch) -> None:
-    """A batch without estimates is refused (the reference never falls back to group-mean
-    credit, which is zero in a group of equal rewards as GRPO's); with estimates the oracle
-    has credit in all-fail groups too (a lower value after a step)."""
+    """A batch without estimates is valued by the services, or refused without them (the
+    reference never falls back to group-mean credit, which is zero in a group of equal rewards
+    as GRPO's); with estimates the oracle has credit in all-fail groups too (a lower value
+    after a step)."""
     batch.extras.pop(STATE_VALUES, None)
     with pytest.raises(ValueError, match="^oracle: the batch lacks state_values"):
-        Oracle().advantages(batch)
+        Oracle().advantages(batch)  # without services nothing can value it
+    services = FakeServices()
+    valued = Oracle().advantages(batch, services)  # a batch from elsewhere is valued here
+    assert "reference_passes" in services.calls and "task_values" in services.calls
+    batch.extras[STATE_VALUES] = services.task_values(batch)
+    torch.testing.assert_close(valued, Oracle().advantages(batch))
     starts, valid = state_starts(batch.step_ids)
     values = torch.linspace(0.9, 0.1, valid.shape[1]).expand(valid.shape).clone()
     batch.extras[STATE_VALUES] = values

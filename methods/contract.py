@@ -293,14 +293,15 @@ class Services(Protocol):
         batch: RolloutBatch,
         row_loss: Callable[[Tensor, Tensor], Tensor],
         *,
-        lr: float,
-        betas: tuple[float, float] = (0.9, 0.999),
-        weight_decay: float = 0.0,
+        lr_ratio: float,
         grad_clip: float | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
-        """One AdamW step of the run's trainable auxiliary model (PRIME's reward model),
+        """One optimizer step of the run's trainable auxiliary model (PRIME's reward model),
         made as a copy of the policy on the first call (before the first update: the initial
-        policy) with these optimizer settings, which later calls must repeat. Its log-probs
+        policy) and trained as the policy is: the run's optimizer and its settings
+        (``train.optimizer``), at ``lr_ratio`` times the policy's learning rate, the gradient
+        clipped to ``grad_clip`` (None: the policy's ``train.grad_clip``); later calls must
+        repeat both. Its log-probs
         ``[B, T]`` of the batch's responses, with gradient, go to ``row_loss(logprobs, rows)``
         ``-> [b]`` (``rows`` the batch rows of a micro-batch); the mean over the batch is
         minimised. Returns those log-probs, from before the step, detached, and
@@ -310,8 +311,9 @@ class Services(Protocol):
         ...
 
     def track_ema(self, rate: float) -> None:
-        """Keep an exponential moving average of the policy, updated after every optimizer
-        step with ``rate``, scored as ``model="ema"``. Charged: nothing (no model pass)."""
+        """Keep an exponential moving average of the policy, updated with ``rate`` once a
+        training step, after the step's update (however many optimizer steps it takes), scored
+        as ``model="ema"``. Charged: nothing (no model pass)."""
         ...
 
     # --- text and the task ------------------------------------------------------------------

@@ -18,21 +18,28 @@ Key equations (response y of a group of K, π_ref the frozen SFT model, β = 0.0
             + r_o(y^i) - 1/(K-1) Σ_{j≠i} r_o(y^j)                                       (Eq. 5)
 
 then whitened over the batch (the code's ``masked_whiten``) and used in PPO's clipped surrogate.
-At the start π_φ = π_ref, every process reward is 0 and PRIME is RLOO on the outcome (§5.1).
+Before the baselines, the code divides the process rewards by the largest |return| in the
+batch (``prime_norm: batch_norm``, PRIME-RL/PRIME ``training/verl/workers/actor/dp_prime.py``
+and verl's PRIME recipe ``prime_dp_rm.py``), so the process term weighs as much as the outcome
+term however small β·log-ratio is. At the start π_φ = π_ref, every process reward is 0 and
+PRIME is RLOO on the outcome (§5.1).
 
 Deviations:
     - Single forward (§5.3, the code's default): the process rewards come from the reward
       model's pass before its update, the pass whose gradient updates it; one AdamW step of
       the whole batch a policy step, where the code takes the PPO mini-batches.
-    - The process rewards are β·log-ratio, as in Eq. 3; the code divides them by their
-      largest return in the batch instead (``prime_norm=batch_norm``), which the verl port
-      leaves out.
+    - The process rewards for the policy are normalised by the batch's largest |return|, as
+      both codes do (``process_norm="batch_norm"``); ``process_norm="none"`` keeps Eq. 3's
+      β·log-ratio, whose returns on the testbed are about 0.003 a token, so PRIME is then
+      RLOO in all but name. The reward model's own loss always uses the raw β·log-ratio.
     - The leave-one-out baseline of Eq. 5 (the others' mean process reward); the code adds
       (r_t - m_i)/(K-1) to it (``compute_rloo_returns``). A group of one gets no baseline.
     - The prompt filter (group accuracy in [0.2, 0.8], §3.3 and the code's run script) is not
       applied: every group is trained on, as for every other method here.
-    - The reward model's learning rate is twice the testbed's policy lr (the paper's ratio,
-      1e-6 to 5e-7, §4.2), not its value.
+    - The reward model is trained as the policy is (the run's optimizer and its settings) at
+      twice the policy's learning rate (``prm_lr_ratio``: the paper's 1e-6 to 5e-7, §4.2),
+      and clipped as the policy is; the code clips it at 10 against the actor's 1.0, which
+      under the testbed's fixed-step SGD would make its step 10^4 times the policy's.
 """
 
 from __future__ import annotations
@@ -78,12 +85,54 @@ def outcome_loss(
     return torch.nn.functional.binary_cross_entropy_with_logits(sequence, labels, reduction="none")
 
 
+def batch_normalized(process_rewards: Tensor, eps: float = 1e-6) -> Tensor:
+    """``[B, T]`` the process rewards divided by the largest |return| Σ_{s>=t} r_s over every
+    token of the batch (+ ``eps``): PRIME's ``prime_norm: batch_norm``. Rewards off the
+    response must be 0 already."""
+    returns = process_rewards.flip(-1).cumsum(-1).flip(-1)
+    return process_rewards / (returns.abs().max() + eps)
+
+
 def leave_one_out(values: Tensor, group_ids: Tensor) -> Tensor:
     """``[B]`` the mean of ``values`` over the other members of each row's group (0 in a
     group of one)."""
     mean, _, count = group_mean_std(values, group_ids)
     others = (mean * count - values) / (count - 1).clamp(min=1)
     return torch.where(count > 1, others, torch.zeros_like(values))
+
+
+def prime_token_rewards(
+    process_rewards: Tensor, rewards: Tensor, response_mask: Tensor, group_ids: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The two terms of Eq. 5 as token rewards ``[B, T]``, before their returns: each process
+    reward less the others' mean process reward per token, and the outcome less the others'
+    mean outcome, on the last response token (0 in a group of one).
+
+    Args:
+        process_rewards: ``[B, T]`` r_φ(y_t) (normalised or not), 0 off the response.
+        rewards: ``[B]`` outcome rewards r_o.
+        response_mask: ``[B, T]``.
+        group_ids: ``[B]``.
+    """
+    mask = response_mask.to(process_rewards.dtype)
+    per_token = masked_mean(process_rewards, mask, dim=-1)  # r_φ(y^j) / |y^j|
+    process = (process_rewards - leave_one_out(per_token, group_ids).unsqueeze(-1)) * mask
+    outcome = rewards.to(process.dtype) - leave_one_out(rewards.to(process.dtype), group_ids)
+    count = group_mean_std(rewards.to(process.dtype), group_ids)[2]
+    outcome = torch.where(count > 1, outcome, torch.zeros_like(outcome))  # no baseline alone
+    return process, outcome_token_rewards(outcome, mask)
+
+
+def term_weight(process: Tensor, outcome: Tensor, response_mask: Tensor) -> float:
+    """The mean |return| of the process term over the mean |return| of the outcome term, on
+    response tokens (γ = 1): how much the process rewards move the advantages (0: PRIME is
+    RLOO). ``process``, ``outcome``: ``[B, T]`` token rewards of `prime_token_rewards`."""
+    mask = response_mask.to(process.dtype)
+
+    def mean_abs_return(token_rewards: Tensor) -> Tensor:
+        return masked_mean(token_rewards.flip(-1).cumsum(-1).flip(-1).abs(), mask)
+
+    return float(mean_abs_return(process) / mean_abs_return(outcome).clamp(min=1e-12))
 
 
 def prime_advantages(
@@ -93,28 +142,12 @@ def prime_advantages(
     group_ids: Tensor,
     gamma: float = 1.0,
 ) -> Tensor:
-    """PRIME's advantage ``[B, T]`` (Eq. 5), whitened over the batch.
-
-    Args:
-        process_rewards: ``[B, T]`` r_φ(y_t), 0 off the response.
-        rewards: ``[B]`` outcome rewards r_o.
-        response_mask: ``[B, T]``.
-        group_ids: ``[B]``.
-        gamma: the discount of both returns.
-
-    Returns:
-        ``[B, T]``: the return of the process rewards less the others' mean process reward,
-        plus the return of the outcome less the others' mean outcome (placed on the last
-        token), whitened over every response token of the batch.
-    """
-    mask = response_mask.to(process_rewards.dtype)
-    per_token = masked_mean(process_rewards, mask, dim=-1)  # r_φ(y^j) / |y^j|
-    process = (process_rewards - leave_one_out(per_token, group_ids).unsqueeze(-1)) * mask
-    outcome = rewards.to(process.dtype) - leave_one_out(rewards.to(process.dtype), group_ids)
-    count = group_mean_std(rewards.to(process.dtype), group_ids)[2]
-    outcome = torch.where(count > 1, outcome, torch.zeros_like(outcome))  # no baseline alone
-    token_rewards = process + outcome_token_rewards(outcome, mask)
-    return reinforce_pp_advantages(token_rewards, mask, gamma)  # returns, whitened
+    """PRIME's advantage ``[B, T]`` (Eq. 5), whitened over the batch: the return of
+    `prime_token_rewards`' process and outcome terms with discount ``gamma``, whitened over
+    every response token of the batch. Arguments as `prime_token_rewards`."""
+    process, outcome = prime_token_rewards(process_rewards, rewards, response_mask, group_ids)
+    mask = response_mask.to(process.dtype)
+    return reinforce_pp_advantages(process + outcome, mask, gamma)  # returns, whitened
 
 
 @dataclass
@@ -123,8 +156,9 @@ class PRIMEConfig(LossConfig):
 
     aggregation: str = "token-mean"
     beta: float = 0.05
-    prm_lr: float = 4.0e-4
-    prm_grad_clip: float = 10.0
+    process_norm: str = "batch_norm"
+    prm_lr_ratio: float = 2.0
+    prm_grad_clip: float | None = None
     gamma: float = 1.0
 
     def __post_init__(self) -> None:
@@ -134,8 +168,17 @@ class PRIMEConfig(LossConfig):
             self,
             [
                 ("beta", positive(self.beta), "must be a number > 0"),
-                ("prm_lr", positive(self.prm_lr), "must be a number > 0"),
-                ("prm_grad_clip", positive(self.prm_grad_clip), "must be a number > 0"),
+                (
+                    "process_norm",
+                    self.process_norm in ("batch_norm", "none"),
+                    "must be batch_norm or none",
+                ),
+                ("prm_lr_ratio", positive(self.prm_lr_ratio), "must be a number > 0"),
+                (
+                    "prm_grad_clip",
+                    self.prm_grad_clip is None or positive(self.prm_grad_clip),
+                    "must be a number > 0 or null (the policy's clip)",
+                ),
                 (
                     "gamma",
                     isinstance(self.gamma, (int, float)) and 0.0 <= self.gamma <= 1.0,
@@ -165,14 +208,17 @@ class PRIME(CreditMethod):
             return outcome_loss(logprobs, ref[rows], mask[rows], batch.rewards[rows], cfg.beta)
 
         prm, stats = services.fit_auxiliary(
-            batch, row_loss, lr=cfg.prm_lr, grad_clip=cfg.prm_grad_clip
+            batch, row_loss, lr_ratio=cfg.prm_lr_ratio, grad_clip=cfg.prm_grad_clip
         )
-        process = implicit_process_rewards(prm, ref, mask, cfg.beta)
+        raw = implicit_process_rewards(prm, ref, mask, cfg.beta)
+        process = batch_normalized(raw) if cfg.process_norm == "batch_norm" else raw
+        terms = prime_token_rewards(process, batch.rewards, mask, batch.group_ids)
         services.report(
             {
                 "prm_loss": stats["aux_loss"],
                 "prm_grad_norm": stats["aux_grad_norm"],
-                "process_reward_abs": float(masked_mean(process.abs(), mask)),
+                "process_reward_abs": float(masked_mean(raw.abs(), mask)),
+                "process_to_outcome": term_weight(*terms, mask),
             }
         )
         return prime_advantages(process, batch.rewards, mask, batch.group_ids, cfg.gamma)

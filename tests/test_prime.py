@@ -11,6 +11,7 @@ from creditbench.methods.core import masked_whiten
 from creditbench.methods.prime import (
     PRIME,
     PRIMEConfig,
+    batch_normalized,
     implicit_process_rewards,
     leave_one_out,
     outcome_loss,
@@ -76,3 +77,68 @@ def test_refuses_a_bad_setting():
         PRIMEConfig(gamma=1.5)
     with pytest.raises(ValueError, match="services"):
         PRIME().advantages(build_batch([2], [1, 2], [0.0, 1.0]))
+
+
+@given(batch=rollout_batches(), scale=st.floats(1e-4, 10.0))
+def test_batch_norm_scales_the_largest_return_of_the_batch_to_one(batch, scale):
+    """``prime_norm: batch_norm``: every process reward divided by the batch's largest
+    |return|, so the largest is 1 whatever β·log-ratio's size (PRIME-RL's dp_prime.py)."""
+    raw = scale * torch.randn(batch.old_logprobs.shape) * batch.response_mask
+    returns = raw.flip(-1).cumsum(-1).flip(-1).abs().max()
+    normalized = batch_normalized(raw)
+    largest = normalized.flip(-1).cumsum(-1).flip(-1).abs().max()
+    if returns > 1e-3:
+        assert largest.item() == pytest.approx(1.0, rel=1e-2)
+    torch.testing.assert_close(normalized * (returns + 1e-6), raw)
+
+
+@pytest.fixture(scope="module")
+def testbed_steps(tmp_path_factory):
+    """Two PRIME steps on the shipped testbed base policy for each ``process_norm``: the
+    second step's record and credit (the first step's reward model is the reference, so its
+    process rewards are 0)."""
+    from creditbench.harness.config import load_config
+    from creditbench.harness.training.trainer import Trainer
+
+    out = {}
+    for norm in ("batch_norm", "none"):
+        config = load_config(
+            None,
+            [
+                "method=prime",
+                "task=chain",
+                f"method_options.process_norm={norm}",
+                "rollout.prompts_per_step=2",
+                "rollout.group_size=8",
+                "rollout.max_new_tokens=160",
+                "train.lr=5e-5",
+                "budget.unit=steps",
+                "budget.amount=2",
+                "budget.eval_fractions=[1.0]",
+            ],
+        )
+        trainer = Trainer(config, tmp_path_factory.mktemp(norm))
+        trainer.build()
+        trainer.train_step()
+        record = trainer.train_step()
+        out[norm] = (record, *trainer.last_credit)
+    return out
+
+
+def test_on_a_testbed_batch_the_normalised_process_term_moves_the_advantages(testbed_steps):
+    """The raw β·log-ratio returns are about 1% of the outcome term's on the testbed, so
+    without the normalisation PRIME's advantages are whitened RLOO's to within a few
+    hundredths; with it the process term weighs a sizeable fraction of the outcome's and the
+    advantages move by a good part of a standard deviation."""
+    for norm, (record, batch, advantages) in testbed_steps.items():
+        rloo = masked_whiten(
+            rloo_advantages(batch.rewards, batch.response_mask, batch.group_ids),
+            batch.response_mask,
+        )
+        moved = ((advantages - rloo).abs() * batch.response_mask).max().item()
+        if norm == "none":
+            assert record["process_to_outcome"] < 0.05
+            assert moved < 0.1
+        else:
+            assert record["process_to_outcome"] > 0.1
+            assert moved > 0.3

@@ -410,6 +410,10 @@ def test_a_second_trained_model_steps_is_charged_and_gets_its_reference(nano_pol
     record = trainer.train_step()
     auxiliary = scorers.auxiliary
     assert auxiliary is not None and auxiliary.steps == 1
+    # trained as the policy is, at twice its lr (PRIME §4.2's ratio), clipped as it is
+    assert isinstance(auxiliary.optimizer, torch.optim.AdamW)
+    assert auxiliary.optimizer.param_groups[0]["lr"] == pytest.approx(2 * config.train.lr)
+    assert auxiliary.grad_clip == config.train.grad_clip
     moved = [
         name
         for name, value in auxiliary.model.state_dict().items()
@@ -426,6 +430,37 @@ def test_a_second_trained_model_steps_is_charged_and_gets_its_reference(nano_pol
     grpo.train_step()
     assert trainer.meter.flops - flops_before > grpo.meter.flops
     assert trainer.meter.trained_tokens > grpo.meter.trained_tokens
+
+
+def test_the_ema_teacher_moves_once_a_step_whatever_the_minibatches(nano_policy, tmp_path):
+    """SDPO's EMA teacher moves once per rollout step, after all its optimizer steps, as
+    lasgroup/SDPO moves it once per update_policy call; not after each of 4 minibatches."""
+    config = load_config(None, ["method=sdpo", *overrides(nano_policy, "train.minibatches=3")])
+    trainer = Trainer(config, tmp_path / "sdpo")
+    trainer.build()
+    scorers = trainer.services.scorers
+    moves = []
+    original = scorers.after_update
+    scorers.after_update = lambda: (moves.append(trainer.meter.optimizer_steps), original())[1]
+    optimizer_steps = trainer.meter.optimizer_steps
+    trainer.train_step()
+    trainer.train_step()
+    assert trainer.meter.optimizer_steps - optimizer_steps == 6  # 3 minibatches a step
+    assert moves == [optimizer_steps + 3, optimizer_steps + 6]  # after each step's last
+
+
+def test_the_reward_model_follows_a_fixed_step_sgd_policy(nano_policy, tmp_path):
+    """Under the validation's SGD at a fixed step the reward model is an SGD model at twice
+    the policy's lr and the policy's clip: twice the policy's step, not AdamW at lr 20."""
+    sgd = ["train.optimizer=sgd", "train.lr=10.0", "train.grad_clip=1e-3"]
+    config = load_config(None, ["method=prime", *overrides(nano_policy, *sgd)])
+    trainer = Trainer(config, tmp_path / "prime-sgd")
+    trainer.build()
+    trainer.train_step()
+    auxiliary = trainer.services.scorers.auxiliary
+    assert isinstance(auxiliary.optimizer, torch.optim.SGD)
+    assert auxiliary.optimizer.param_groups[0]["lr"] == pytest.approx(20.0)
+    assert auxiliary.grad_clip == pytest.approx(1e-3)
 
 
 def test_a_finished_run_given_another_method_or_config_is_refused(

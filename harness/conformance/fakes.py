@@ -97,9 +97,7 @@ class FakeServices(StepServices):
         batch: RolloutBatch,
         row_loss: Any,
         *,
-        lr: float,
-        betas: tuple[float, float] = (0.9, 0.999),
-        weight_decay: float = 0.0,
+        lr_ratio: float,
         grad_clip: float | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
         """``score(model="auxiliary")``'s log-probs, with the method's loss taken on them

@@ -116,19 +116,15 @@ class ScoringPasses:
         batch: RolloutBatch,
         row_loss: Any,
         *,
-        lr: float,
-        betas: tuple[float, float] = (0.9, 0.999),
-        weight_decay: float = 0.0,
+        lr_ratio: float,
         grad_clip: float | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
-        """One AdamW step of the auxiliary model on the batch (see
+        """One optimizer step of the auxiliary model on the batch (see
         :class:`~.auxiliary.AuxiliaryModel`): its log-probs ``[B, T]`` before the step, with
         gradient, go to ``row_loss(logprobs, rows) -> [b]``, whose mean over the batch is
         minimised. Returns the pass's log-probs (detached) and its statistics. Charged: a
         training pass (forward and backward) of a policy-size model."""
-        model = self.scorers.auxiliary_for(
-            lr=lr, betas=betas, weight_decay=weight_decay, grad_clip=grad_clip
-        )
+        model = self.scorers.auxiliary_for(lr_ratio=lr_ratio, grad_clip=grad_clip)
         lengths = self._lengths(batch, batch.prompt_mask)
         order = torch.arange(batch.size)
         if self.shared_prefix:  # a group's rows in one micro-batch share a prompt

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from creditbench.harness.scoring.auxiliary import AuxiliaryModel
+from creditbench.harness.scoring.auxiliary import AuxiliaryModel, PolicyOptimizer
 
 MODELS = ("policy", "reference", "teacher", "ema", "auxiliary")
 
@@ -43,12 +43,20 @@ class Scorers:
         meter: the run's :class:`~creditbench.harness.budget.BudgetMeter`.
         reference: a frozen copy of the initial policy, or None.
         teacher_loader: a zero-argument callable returning a frozen teacher, or None.
+        policy_optimizer: how the policy is trained (an auxiliary model is trained alike), or
+            None when the run has no optimizer (no auxiliary model can be made).
     """
 
     def __init__(
-        self, policy, meter, reference=None, teacher_loader: Callable[[], Any] | None = None
+        self,
+        policy,
+        meter,
+        reference=None,
+        teacher_loader: Callable[[], Any] | None = None,
+        policy_optimizer: PolicyOptimizer | None = None,
     ) -> None:
         self.policy = policy
+        self.policy_optimizer = policy_optimizer
         self.meter = meter
         self.reference = reference
         self._teacher_loader = teacher_loader
@@ -90,7 +98,9 @@ class Scorers:
         """The auxiliary model, made from the policy as it is now on the first call (with a
         saved state restored into it); later calls must ask for the same settings."""
         if self.auxiliary is None:
-            self.auxiliary = AuxiliaryModel(self.policy, **settings)
+            if self.policy_optimizer is None:
+                raise ValueError("fit_auxiliary: this run has no policy optimizer to copy")
+            self.auxiliary = AuxiliaryModel(self.policy, self.policy_optimizer, **settings)
             if self._auxiliary_state is not None:
                 self.auxiliary.load_state_dict(self._auxiliary_state)
                 self._auxiliary_state = None
@@ -127,7 +137,9 @@ class Scorers:
         """Keep an exponential moving average of the policy's weights, scored as ``model="ema"``.
 
         The first call copies the policy as it is then (before the first update: the initial
-        policy); after every optimizer step :meth:`after_update` moves the copy
+        policy); after each training step's update (all its optimizer steps: once per rollout,
+        as SDPO's code updates its teacher once per ``update_policy``) :meth:`after_update`
+        moves the copy
         ``θ_ema ← (1 − rate)·θ_ema + rate·θ`` (SDPO's teacher). ``rate`` 0 keeps it frozen.
         Calling again only sets the rate. The averaging itself is not charged (no forward);
         scoring with it is, like a policy forward. The average is not checkpointed: a resumed
@@ -140,6 +152,6 @@ class Scorers:
         self._ema_rate = float(rate)
 
     def after_update(self) -> None:
-        """Move the average (if one is kept) after an optimizer step of the policy."""
+        """Move the average (if one is kept) after a training step's update of the policy."""
         if self._ema is not None:
             ema_update_(self._ema, self.policy, self._ema_rate)

@@ -56,6 +56,9 @@ class HarnessServices:
         teacher_loader: a zero-argument callable returning a frozen teacher model, loaded on
             first use (OPPO's teacher-oracle variant), or None.
         sampler: an alternative sampling backend with ``sample(...)`` (:class:`VLLMBackend`).
+        policy_optimizer: how the policy is trained
+            (:class:`~creditbench.harness.scoring.auxiliary.PolicyOptimizer`), which an
+            auxiliary model copies; None: a method cannot fit one.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class HarnessServices:
         reference=None,
         teacher_loader: Callable[[], Any] | None = None,
         sampler=None,
+        policy_optimizer=None,
     ) -> None:
         self.task, self.policy, self.tokenizer, self.meter = task, policy, tokenizer, meter
         self.rollout_config = rollout
@@ -81,9 +85,10 @@ class HarnessServices:
         self.train_problems = list(task.problems("train"))
         self.step_checked = is_step_checked(task)
         self.step = 0
+        self.budget_fraction = 0.0  # the budget spent before this step (see begin_step)
         self.stats: dict[str, float] = {}  # what methods report this step (see report)
         self.seconds = {"generation": 0.0, "scoring": 0.0}
-        self.scorers = Scorers(policy, meter, reference, teacher_loader)
+        self.scorers = Scorers(policy, meter, reference, teacher_loader, policy_optimizer)
         self.scoring = ScoringPasses(
             self.scorers,
             tokenizer,
@@ -149,7 +154,8 @@ class HarnessServices:
         self.stats.update({key: float(value) for key, value in stats.items()})
 
     def on_policy_updated(self) -> None:
-        """Called by the trainer after each optimizer step (pushes weights to a vLLM sampler)."""
+        """Called by the trainer once a step, after the step's last optimizer step: pushes the
+        weights to a vLLM sampler and moves the policy's moving average."""
         if self.sampler is not None:
             self.sampler.load_weights(self.policy)
         self.scorers.after_update()
@@ -306,15 +312,11 @@ class HarnessServices:
         batch: RolloutBatch,
         row_loss: Any,
         *,
-        lr: float,
-        betas: tuple[float, float] = (0.9, 0.999),
-        weight_decay: float = 0.0,
+        lr_ratio: float,
         grad_clip: float | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
         """One step of the trainable auxiliary model (see :meth:`ScoringPasses.fit_auxiliary`)."""
-        return self.scoring.fit_auxiliary(
-            batch, row_loss, lr=lr, betas=betas, weight_decay=weight_decay, grad_clip=grad_clip
-        )
+        return self.scoring.fit_auxiliary(batch, row_loss, lr_ratio=lr_ratio, grad_clip=grad_clip)
 
     def track_ema(self, rate: float) -> None:
         """Keep an exponential moving average of the policy, scored as ``model="ema"``."""

@@ -9,7 +9,6 @@ budget meter; a non-finite loss or gradient stops the update before the optimize
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -47,7 +46,6 @@ def ppo_update(
     lengths: Tensor,
     seed: int,
     step: int,
-    after_optimizer_step: Callable[[], None] | None = None,
     services=None,
     behaviour_from_update: bool = False,
 ) -> dict[str, float]:
@@ -125,8 +123,6 @@ def ppo_update(
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             meter.charge_optimizer_step()
-            if after_optimizer_step is not None:
-                after_optimizer_step()
             grad_norms.append(float(grad_norm))
             losses.append(minibatch_loss)
     out = {key: totals[key] / max(weights[key], 1.0) for key in totals}

@@ -19,6 +19,7 @@ import torch
 from creditbench.harness.budget import BudgetMeter
 from creditbench.harness.config import ConfigError, RunConfig
 from creditbench.harness.sampling.rollout import use_lean
+from creditbench.harness.scoring.auxiliary import PolicyOptimizer
 from creditbench.harness.services import HarnessServices
 from creditbench.harness.tasks.base import is_step_checked
 from creditbench.methods.contract import STEP_TRUTH_KEYS
@@ -121,20 +122,26 @@ class Models:
     micro_batch_size: int
 
 
-def build_optimizer(policy, train) -> torch.optim.Optimizer:
-    """The optimizer ``train.optimizer`` names, over the policy's parameters."""
+def build_optimizer(policy, train, lr: float | None = None) -> torch.optim.Optimizer:
+    """The optimizer ``train.optimizer`` names, over the parameters of ``policy`` (a model or
+    an iterable of parameters), at ``lr`` (default ``train.lr``)."""
+    params = policy.parameters() if hasattr(policy, "parameters") else policy
+    lr = train.lr if lr is None else lr
     if train.optimizer == "sgd":
         return torch.optim.SGD(
-            policy.parameters(),
-            lr=train.lr,
-            momentum=train.sgd_momentum,
-            weight_decay=train.weight_decay,
+            params, lr=lr, momentum=train.sgd_momentum, weight_decay=train.weight_decay
         )
     return torch.optim.AdamW(
-        policy.parameters(),
+        params, lr=lr, betas=tuple(train.adam_betas), weight_decay=train.weight_decay
+    )
+
+
+def policy_optimizer(train) -> PolicyOptimizer:
+    """How ``train`` trains the policy, for an auxiliary model to copy."""
+    return PolicyOptimizer(
+        make=lambda params, lr: build_optimizer(params, train, lr),
         lr=train.lr,
-        betas=tuple(train.adam_betas),
-        weight_decay=train.weight_decay,
+        grad_clip=train.grad_clip,
     )
 
 
@@ -212,5 +219,6 @@ def build_models(config: RunConfig, task: Any, device: torch.device) -> Models:
         reference=reference,
         teacher_loader=teacher_loader(config, device) if is_step_checked(task) else None,
         sampler=sampler,
+        policy_optimizer=policy_optimizer(config.train),
     )
     return Models(policy, tokenizer, path, reference, optimizer, meter, services, micro)

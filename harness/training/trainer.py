@@ -184,6 +184,10 @@ class Trainer:
             self._check_advantages(method, batch, advantages)
             self.last_credit = (batch, advantages)
             stats = self.update(method, batch, advantages)
+            # once per rollout step, after its last optimizer step: the EMA teacher moves as
+            # SDPO's code moves it (once per update_policy), and a vLLM sampler gets the weights
+            # it next generates with
+            services.on_policy_updated()
             services.batches.defer_behaviour = False  # a batch outside a step gets scored
             t3 = time.perf_counter()
         self.step += 1
@@ -254,7 +258,6 @@ class Trainer:
             lengths=lengths,
             seed=derive_seed(self.config.seed, "minibatch", self.step),
             step=self.step + 1,
-            after_optimizer_step=self.services.on_policy_updated,
             services=self.services,
             behaviour_from_update=self.services.batches.defer_behaviour,
         )

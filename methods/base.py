@@ -74,14 +74,15 @@ def kl_penalty(
     normalizers: Normalizers | None = None,
     mask: Tensor | None = None,
 ) -> tuple[Tensor | None, dict[str, float]]:
-    """The loss's KL-to-reference term ``kl_coef · agg(KL)`` over ``mask`` (default the
-    response mask), or None when it is off (no weight or no reference log-probs), and its
-    statistic ``kl_ref``."""
+    """The loss's KL-to-reference term ``kl_coef · cfg.kl_loss(KL)`` over ``mask`` (default
+    the response mask), or None when it is off (no weight or no reference log-probs), and its
+    statistic ``kl_ref``. The harness gives every batch reference log-probs when the weight
+    is on (`LossConfig.needs_reference_logprobs`); a trainer of one's own must too."""
     if cfg.kl_coef <= 0 or batch.ref_logprobs is None:
         return None, {}
     kl = kl_estimate(logprobs, batch.ref_logprobs, cfg.kl_kind)  # type: ignore[arg-type]
     mask = batch.response_mask if mask is None else mask
-    kl_loss = aggregate_loss(kl, mask, cfg.aggregation, normalizers)
+    kl_loss = cfg.kl_loss(kl, mask, normalizers)
     return cfg.kl_coef * kl_loss, {"kl_ref": float(kl_loss.detach())}
 
 
@@ -136,6 +137,19 @@ class LossConfig:
     @property
     def clip_config(self) -> ClipConfig:
         return ClipConfig(self.eps_low, self.eps_high, self.dual_clip)
+
+    @property
+    def needs_reference_logprobs(self) -> bool:
+        """A term of this configuration reads the frozen reference's log-probs (a positive KL
+        weight): the harness then keeps a reference model and scores every batch with it. A
+        Config with a KL weight of its own (REINFORCE++'s in the reward) extends this."""
+        return self.kl_coef > 0
+
+    def kl_loss(self, kl: Tensor, mask: Tensor, normalizers: Normalizers | None) -> Tensor:
+        """The per-token KL estimate ``[B, T]`` reduced to the loss's KL term (before
+        ``kl_coef``): with the loss's own aggregation, unless a method's paper reduces it
+        otherwise (VinePPO: a sum over each sequence)."""
+        return aggregate_loss(kl, mask, self.aggregation, normalizers)
 
 
 class CreditMethod:

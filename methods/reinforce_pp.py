@@ -145,6 +145,11 @@ class ReinforcePPConfig(LossConfig):
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma: must be in [0, 1] (got {self.gamma!r})")
 
+    @property
+    def needs_reference_logprobs(self) -> bool:
+        """The KL in the token rewards reads the reference too."""
+        return super().needs_reference_logprobs or self.kl_coef_reward > 0
+
 
 @dataclass
 class ReinforcePPBaselineConfig(LossConfig):

@@ -12,7 +12,8 @@ the estimator and its sharing are in :mod:`methods.values`):
     A_k = V̂(s_{k+1}) - V̂(s_k),   V̂(s_n) := R                  (the step's advantage)
     A_t = A_k for every token t of step k, then whitened over the batch's tokens
 
-    L = PPO-clip(ρ_t, A_t), ε = 0.2, token mean over the batch, + 1e-4 · KL_k3(π || π_ref)
+    L = PPO-clip(ρ_t, A_t), ε = 0.2, token mean over the batch,
+        + 1e-4 · mean_i Σ_t min(KL_k3,t(π || π_ref), 10)       (each sequence's sum)
 
 There is no value network: the K continuations from each state are the critic. Identical
 states (the group's shared empty response) share their rollouts, as the code's unique value
@@ -22,11 +23,26 @@ only their rewards are read).
 Deviations:
     - K = 9 in the code (``episode_generators/9rolls.jsonnet``) is the default; the testbed
       suites run fewer, stated where they set it.
-    - Steps are the task's steps (one line per step on the testbed, the answer line last), or
-      blank-line-delimited chunks where a task has no step checker (``steps``); the code cuts
-      at its ``reasoning_step_delimiter``.
+    - Steps are the task's (``steps: auto``, the task's ``step_spans``), as in the code, where
+      the task cuts a response (``split_solution_into_intermediate_steps``,
+      ``src/treetune/tasks/gsm8k.py`` and ``math.py``) and ``reasoning_step_delimiter`` (''
+      in the configs) only re-joins the steps to check the cut. Testbed: one line per step,
+      the answer line last. GSM8K: one line per step, a closing ``#### N`` line joined to the
+      step before. MATH and MATH-500: sentences and lines outside LaTeX, after the code's
+      ``math_extract_steps_inplace.py``, but ours never cuts inside a formula (the code cuts
+      at its newlines) nor breaks a long step (the code breaks parts over 100 characters):
+      4.9 steps per reference solution of MATH test against the code's 9.6
+      (``harness/tasks/solution_steps.py``). Blank-line chunks only on a task without steps.
+    - Every state of a response is valued; the GSM8K configs value only the first 25 after
+      the prompt (``max_step_for_value_estimation``, ``polIter_*_vineppo_GSM8K.jsonnet``) and
+      fill the rest backward (V = R there); the MATH configs set no cap.
     - A rollout that runs past the generation limit, counted from the response's start,
       scores 0 (the code's unfinished-response reward is 0 too).
+    - The KL term is the code's: k3 per token, clamped to [0, 10], summed over each
+      response and averaged over responses (``ref_kl.sum(dim=1).mean()`` in treetune's
+      ``ppo_trainer.py``; ``kl_penalty_loss_clip_max=10`` in ``configs/trainers/
+      klLoss.jsonnet``), not averaged over tokens as the policy loss is
+      (``kl_aggregation``, ``kl_clip_max``).
     - The code's learning-rate schedule (3% warm-up, linear decay), sampling temperature 0.6
       and top-p 0.9 are run settings here, not the method's.
 """
@@ -39,7 +55,7 @@ from torch import Tensor
 
 from .base import CreditMethod, LossConfig, check_fields
 from .contract import Services
-from .core import RolloutBatch, masked_whiten
+from .core import AGG_MODES, Normalizers, RolloutBatch, aggregate_loss, masked_whiten
 from .registry import register_method
 from .rollouts import STEP_MODES, with_step_ids
 from .values import STATE_VALUES, exact_advantages, mc_state_values
@@ -64,6 +80,8 @@ class VinePPOConfig(LossConfig):
 
     aggregation: str = "token-mean"
     kl_coef: float = 1e-4
+    kl_aggregation: str = "seq-mean-token-sum"
+    kl_clip_max: float = 10.0
     rollouts_per_state: int = 9
     whiten: bool = True
     steps: str = "auto"
@@ -79,8 +97,16 @@ class VinePPOConfig(LossConfig):
                     "must be an integer >= 1",
                 ),
                 ("steps", self.steps in STEP_MODES, f"must be one of {', '.join(STEP_MODES)}"),
+                ("kl_aggregation", self.kl_aggregation in AGG_MODES, f"one of {AGG_MODES}"),
+                ("kl_clip_max", self.kl_clip_max > 0, "must be > 0"),
             ],
         )
+
+    def kl_loss(self, kl: Tensor, mask: Tensor, normalizers: Normalizers | None) -> Tensor:
+        """The code's KL term: each token's estimate clamped to [0, ``kl_clip_max``], reduced
+        by ``kl_aggregation`` (each sequence's sum, averaged over sequences)."""
+        bounded = kl.clamp(0.0, self.kl_clip_max)
+        return aggregate_loss(bounded, mask, self.kl_aggregation, normalizers)
 
 
 @register_method("vineppo")

@@ -88,3 +88,29 @@ def test_shaped_matmul_peak_is_a_rate_over_the_models_linear_shapes():
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 16))
     rate = shaped_matmul_peak(model, rows=64, repeats=2)
     assert 1e6 < rate < 1e14  # FLOP/s of some plausible machine, not seconds or FLOPs
+
+
+def test_perf_times_a_method_with_a_kl_weight_with_its_reference_pass(nano_policy, tmp_path):
+    """A method whose Config weighs a KL is timed as its run would go: every batch scored
+    under the reference (perf's GRPO run keeps none), so the KL term acts; afterwards the
+    trainer's own method goes without that pass again."""
+    from creditbench.harness.config import load_config
+    from creditbench.harness.training.perf import method_steps
+    from creditbench.harness.training.trainer import Trainer
+
+    settings = [
+        "task_options.steps=2",
+        f"model.path={nano_policy}",
+        "rollout.prompts_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=8",
+    ]
+    trainer = Trainer(load_config(None, ["method=grpo", *settings]), tmp_path / "perf")
+    trainer.build()
+    assert trainer.services.scorers.reference is None
+    method_steps(trainer, ["reinforce_pp_baseline"])  # grpo, then the baseline variant
+    batch, _ = trainer.last_credit
+    assert batch.ref_logprobs is not None
+    trainer.train_step()  # the trainer's grpo: its batches go back to no reference pass
+    batch, _ = trainer.last_credit
+    assert batch.ref_logprobs is None

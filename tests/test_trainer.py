@@ -23,9 +23,10 @@ import torch
 from creditbench.harness.cli.main import main
 from creditbench.harness.config import load_config
 from creditbench.harness.records.rundir import RunDir, RunDirError, RunLockedError
+from creditbench.harness.training.setup import needs_reference
 from creditbench.harness.training.trainer import NonFiniteError, Trainer
 from creditbench.methods.base import CreditMethod
-from creditbench.methods.registry import _REGISTRY, register_method
+from creditbench.methods.registry import _REGISTRY, list_methods, register_method
 
 TOKEN_METHOD = "test-token-credit"
 NAN_METHOD = "test-nan-at-step-3"
@@ -585,3 +586,45 @@ def test_resume_from_a_damaged_checkpoint_is_one_line_naming_it(
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     if damage != "truncated weights":
         assert "missing 'meter'" in err
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "expected"),
+    [
+        ("vineppo", [], True),  # kl_coef = 1e-4 by default: it was silently off
+        ("reinforce_pp", [], True),  # kl_coef_reward = 1e-3 in the token rewards
+        ("reinforce_pp_baseline", [], True),  # kl_coef = 1e-3 in the loss
+        ("reinforce_pp", ["method_options.kl_coef_reward=0"], False),
+        ("vineppo", ["method_options.kl_coef=0"], False),
+        ("grpo", [], False),
+        ("grpo", ["method_options.kl_coef=0.04"], True),
+        ("grpo", ["train.reference_model=true"], True),
+        ("prime", [], True),  # scores with the reference (needs_reference_model)
+    ],
+)
+def test_a_reference_model_comes_from_the_resolved_config(method, options, expected):
+    """The run keeps a reference when the method's resolved Config (its defaults included) has
+    a positive KL weight, never from the option names a user happened to set."""
+    config = load_config(None, [f"method={method}", *options])
+    assert needs_reference(config) is expected
+
+
+def test_every_method_whose_defaults_weigh_a_kl_gets_a_reference():
+    for name, cls in list_methods().items():
+        config = load_config(None, [f"method={name}"])
+        declared = cls().config.needs_reference_logprobs or cls.needs_reference_model
+        assert needs_reference(config) is declared, name
+
+
+def test_vineppo_trains_with_its_kl_term_on_by_default(nano_policy, tmp_path):
+    """VinePPO's default KL (1e-4, a per-sequence sum) acts: the batch carries reference
+    log-probs and the step's record its KL statistic."""
+    extra = ("method_options.rollouts_per_state=1",)
+    config = load_config(None, ["method=vineppo", *overrides(nano_policy, *extra)])
+    trainer = Trainer(config, tmp_path / "vineppo")
+    trainer.build()
+    assert trainer.services.scorers.reference is not None
+    record = trainer.train_step()
+    batch, _ = trainer.last_credit
+    assert batch.ref_logprobs is not None
+    assert "kl_ref" in record

@@ -49,3 +49,21 @@ def test_a_steps_tokens_share_its_advantage_and_whitening_centres_the_batch(batc
         assert abs(float(whitened[mask].mean())) < 1e-4
         assert float(whitened[mask].std()) == pytest.approx(1.0, abs=1e-3)
     assert torch.all(whitened[~mask] == 0)
+
+
+@given(batch=rollout_batches())
+def test_its_kl_term_is_each_sequences_clamped_sum_averaged_over_sequences(batch):
+    """The code's ``kl_ctl * clamp(ref_kl * mask, 0, 10).sum(dim=1).mean()``: a per-sequence
+    sum, not the policy loss's token mean (which made the 1e-4 weight act ~length x weaker)."""
+    batch.ref_logprobs = (batch.old_logprobs - 3.0 * torch.rand(batch.old_logprobs.shape)).clamp(
+        max=-1e-3
+    )
+    logprobs = batch.old_logprobs.clone().requires_grad_(True)
+    method = VinePPO()
+    advantages = torch.zeros_like(batch.response_mask)
+    loss, stats = method.loss(logprobs, batch, advantages)
+    log_ratio = batch.ref_logprobs - batch.old_logprobs
+    k3 = (log_ratio.exp() - log_ratio - 1).clamp(0.0, 10.0) * batch.response_mask
+    expected = k3.sum(-1).mean()
+    assert stats["kl_ref"] == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
+    torch.testing.assert_close(loss.detach(), 1e-4 * expected, rtol=1e-4, atol=1e-9)

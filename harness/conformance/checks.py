@@ -18,7 +18,7 @@ import sys
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from torch import Tensor
 
@@ -251,6 +251,44 @@ def test_default_loss_is_finite_and_adds_up_over_micro_batches(
             )
             total = total + part_loss.detach()
     assert_same(total, loss.detach())
+
+
+@given(data=st.data(), seed=seeds)
+def test_a_positive_kl_weight_gets_and_reads_reference_logprobs(
+    name: str, data: st.DataObject, seed: int
+) -> None:
+    """A default Config with a positive KL weight (a ``kl_coef*`` field) says it reads the
+    reference (``needs_reference_logprobs``), so the harness keeps a reference model and gives
+    every batch its log-probs; and the method's advantages or loss do read them."""
+    method, services = get_method(name)(), FakeServices()
+    cfg = method.config
+    weights = [
+        field.name
+        for field in dataclasses.fields(cfg)
+        if field.name.startswith("kl_coef") and getattr(cfg, field.name) > 0
+    ]
+    if not weights:
+        return
+    assert cfg.needs_reference_logprobs, (
+        f"{', '.join(weights)} > 0 but Config.needs_reference_logprobs is False: the run would "
+        "load no reference model and the KL term would silently be off; extend the property"
+    )
+    batch = data.draw(batches_for(name))
+    # a few tokens: whitening one or two values leaves nothing the reference could move
+    assume(batch.response_mask.sum() >= 4)
+    gen = torch.Generator().manual_seed(seed)
+    logprobs = current_logprobs(batch, seed).detach()
+
+    def outputs(ref: Tensor) -> tuple[Tensor, Tensor]:
+        batch.ref_logprobs = ref
+        adv = method.advantages(batch, services)
+        return adv, method.loss(logprobs, batch, adv, services=services)[0]
+
+    near = (batch.old_logprobs - 0.05).clamp(max=-1e-3)
+    far = (near - 1.0 - torch.rand(near.shape, generator=gen)).clamp(max=-1e-3)
+    (adv_a, loss_a), (adv_b, loss_b) = outputs(near), outputs(far)
+    moved = not torch.allclose(adv_a, adv_b) or not torch.allclose(loss_a, loss_b)
+    assert moved, f"{', '.join(weights)} > 0 but neither advantages nor loss read the reference"
 
 
 # --------------------------------------------------------------------------------------------

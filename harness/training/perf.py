@@ -159,16 +159,23 @@ def method_steps(trainer, methods: list[str] | None) -> list[dict[str, float | s
 
     rows: list[dict[str, float | str]] = []
     services, meter = trainer.services, trainer.meter
+    scored_before = services.batches.with_reference
     for name, cls in list_methods().items():
         if methods and name not in methods and name != "grpo":
             continue
         if cls.requires_extras and not services.step_checked:
             continue
-        if cls.needs_reference_model and services.scorers.reference is None:
-            # a frozen copy of the policy as it is now: what the step costs does not change
-            services.scorers.reference = copy.deepcopy(trainer.policy).requires_grad_(False)
+        config = build_method_config(cls, {})
+        if cls.needs_reference_model or config.needs_reference_logprobs:
+            # a frozen copy of the policy as it is now (what the step costs does not change),
+            # and every batch scored under it, as a run of this method would be (its KL)
+            if services.scorers.reference is None:
+                services.scorers.reference = copy.deepcopy(trainer.policy).requires_grad_(False)
+            services.batches.with_reference = True
+        else:
+            services.batches.with_reference = False
         flops_before = meter.counters()["flops"]
-        record = trainer.train_step(cls(build_method_config(cls, {})))
+        record = trainer.train_step(cls(config))
         timing = record["time"]
         rows.append(
             {
@@ -178,6 +185,7 @@ def method_steps(trainer, methods: list[str] | None) -> list[dict[str, float | s
                 "advantages": timing["advantages"],
             }
         )
+    services.batches.with_reference = scored_before
     return rows
 
 

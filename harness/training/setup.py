@@ -90,22 +90,19 @@ def resolve_device(name: str) -> torch.device:
 
 
 def needs_reference(config: RunConfig) -> bool:
-    """A frozen reference model is loaded when asked for, when a KL weight is on, or when the
-    method says it scores with one (``needs_reference_model``).
-
-    Any method option named ``kl_coef*`` (the loss's ``kl_coef``, REINFORCE++'s
-    ``kl_coef_reward``) that is positive needs reference log-probs.
-    """
+    """A frozen reference model is loaded when asked for (``train.reference_model``), when the
+    method says it scores with one (``needs_reference_model``), or when the method's resolved
+    Config, its defaults included, has a term that reads reference log-probs
+    (``LossConfig.needs_reference_logprobs``: a positive KL weight)."""
+    from creditbench.harness.config import build_method_config
     from creditbench.methods.registry import list_methods
 
     method = list_methods().get(config.method)
-    if method is not None and method.needs_reference_model:
+    if method is None:
+        return config.train.reference_model
+    if method.needs_reference_model or config.train.reference_model:
         return True
-    kl_on = any(
-        key.startswith("kl_coef") and isinstance(value, (int, float)) and value > 0
-        for key, value in config.method_options.items()
-    )
-    return config.train.reference_model or kl_on
+    return build_method_config(method, config.method_options).needs_reference_logprobs
 
 
 @dataclass

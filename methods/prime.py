@@ -202,7 +202,9 @@ class PRIME(CreditMethod):
         if services is None:
             raise ValueError("prime needs services: a reward model to train and a reference")
         cfg, mask = self.config, batch.response_mask
-        ref = services.score(batch, model="reference")
+        ref = batch.ref_logprobs  # the run keeps a reference, so its batches come scored
+        if ref is None:
+            ref = services.score(batch, model="reference")
 
         def row_loss(logprobs: Tensor, rows: Tensor) -> Tensor:
             return outcome_loss(logprobs, ref[rows], mask[rows], batch.rewards[rows], cfg.beta)

@@ -146,6 +146,9 @@ class TrainConfig:
     ``shared_prefix_forward``: every teacher-forced pass encodes each distinct prompt of a
     micro-batch once and skips padding columns no row uses (the same numbers up to rounding,
     charged as the full forward; see :mod:`creditbench.harness.scoring.forward`).
+    ``record_update_norm``: record each optimizer step's update norm ‖Δθ‖ (``update_norms``
+    in the step's record), which costs a copy of the trainable parameters during the step:
+    turn it off for a model that barely fits.
     """
 
     lr: float = 2e-4
@@ -160,6 +163,7 @@ class TrainConfig:
     reference_model: bool = False
     skip_onpolicy_scoring: bool = True
     shared_prefix_forward: bool = True
+    record_update_norm: bool = True
 
     def __post_init__(self) -> None:
         _check(

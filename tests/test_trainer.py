@@ -287,6 +287,10 @@ def test_fast_path_computes_what_the_reference_path_computes(test_methods, nano_
                     same(ours[key], theirs[key], f"{where}.{key}")
         elif isinstance(ours, float):
             assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-6), where
+        elif isinstance(ours, list):  # per optimizer step: grad_norms, update_norms
+            assert len(ours) == len(theirs), where
+            for index, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+                same(a, b, f"{where}[{index}]")
         else:
             assert ours == theirs, where
 
@@ -628,3 +632,50 @@ def test_vineppo_trains_with_its_kl_term_on_by_default(nano_policy, tmp_path):
     batch, _ = trainer.last_credit
     assert batch.ref_logprobs is not None
     assert "kl_ref" in record
+
+
+def test_each_optimizer_step_records_its_update_and_gradient_norms(
+    test_methods, nano_policy, tmp_path
+):
+    """Under SGD without momentum a step moves the parameters by lr x min(grad norm, clip):
+    the recorded ‖Δθ‖ of each optimizer step is that (advantages nonzero whatever the reward,
+    so every gradient is too)."""
+    sgd = ["train.optimizer=sgd", "train.lr=10.0", "train.grad_clip=1e-3", "train.minibatches=3"]
+    config = load_config(None, [f"method={TOKEN_METHOD}", *overrides(nano_policy, *sgd)])
+    trainer = Trainer(config, tmp_path / "norms")
+    trainer.build()
+    record = trainer.train_step()
+    grads, updates = record["grad_norms"], record["update_norms"]
+    assert len(grads) == len(updates) == 3 and min(grads) > 0
+    for grad, update in zip(grads, updates, strict=True):
+        assert update == pytest.approx(10.0 * min(grad, 1e-3), rel=1e-4)
+    assert record["update_norm"] == pytest.approx(sum(updates) / 3)
+    # off: no copy of the parameters, no update norms
+    off = overrides(nano_policy, *sgd, "train.record_update_norm=false")
+    trainer = Trainer(load_config(None, [f"method={TOKEN_METHOD}", *off]), tmp_path / "off")
+    trainer.build()
+    record = trainer.train_step()
+    assert "update_norms" not in record and len(record["grad_norms"]) == 3
+
+
+def test_grpo_steps_without_a_mixed_group_are_counted_and_have_no_gradient(
+    nano_policy, tmp_path
+):
+    """The untrained nano policy fails everything: every group is all-fail, so every one of
+    GRPO's minibatches lacks a mixed group and its gradient is exactly 0."""
+    config = load_config(None, ["method=grpo", *overrides(nano_policy, "train.minibatches=3")])
+    trainer = Trainer(config, tmp_path / "grpo")
+    trainer.build()
+    record = trainer.train_step()
+    assert record["accuracy"] == 0
+    assert record["minibatches_without_mixed_group"] == 3
+    assert record["grad_norms"] == [0.0, 0.0, 0.0] and record["update_norms"] == [0.0] * 3
+
+
+def test_rows_in_mixed_groups_marks_the_groups_with_both_outcomes():
+    from creditbench.harness.diagnostics.step import rows_in_mixed_groups
+
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    groups = torch.tensor([7, 7, 3, 3, 5, 5, 9])  # mixed, all-fail, all-pass, alone
+    expected = [True, True, False, False, False, False, False]
+    assert rows_in_mixed_groups(rewards, groups).tolist() == expected

@@ -9,10 +9,12 @@ budget meter; a non-finite loss or gradient stops the update before the optimize
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from creditbench.harness.diagnostics.step import rows_in_mixed_groups
 from creditbench.harness.scoring.forward import token_logprobs_and_entropy
 from creditbench.methods.core import Normalizers, RolloutBatch
 
@@ -48,7 +50,7 @@ def ppo_update(
     step: int,
     services=None,
     behaviour_from_update: bool = False,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Run ``train.ppo_epochs`` x ``train.minibatches`` optimizer steps on one batch.
 
     Args:
@@ -64,14 +66,20 @@ def ppo_update(
     Returns:
         Token-weighted means of the method's loss statistics (``clip_frac``, ``approx_kl``,
         ...), the mean minibatch ``loss`` and ``grad_norm``, and the first epoch's ``entropy``
-        (and ``filler_entropy`` when the batch marks filler tokens).
+        (and ``filler_entropy`` when the batch marks filler tokens). Per optimizer step, in
+        order: ``grad_norms`` (before clipping) and, with ``train.record_update_norm``,
+        ``update_norms`` ‖Δθ‖ (with their mean ``update_norm``); and
+        ``minibatches_without_mixed_group``, the optimizer steps whose minibatch holds no row
+        of a group with mixed outcomes (outcome credit, GRPO's, is exactly 0 on all of it).
     """
     name = method.name or type(method).__name__
     params = [p for p in policy.parameters() if p.requires_grad]
     totals: dict[str, float] = {}
     weights: dict[str, float] = {}
     entropy_sum = filler_entropy_sum = filler_tokens = 0.0
-    grad_norms, losses = [], []
+    grad_norms, update_norms, losses = [], [], []
+    mixed = rows_in_mixed_groups(batch.rewards, batch.group_ids)
+    without_mixed = 0
     if behaviour_from_update and (train.ppo_epochs, train.minibatches) != (1, 1):
         raise ValueError("behaviour_from_update: only for one epoch of one minibatch")
     loss_mask = method.loss_mask(batch)  # what the loss averages over (the response mask)
@@ -84,6 +92,7 @@ def ppo_update(
         for minibatch in order.chunk(train.minibatches):
             if train.shared_prefix_forward:  # a group's rows in one micro-batch share a prompt
                 minibatch = minibatch[torch.argsort(batch.group_ids[minibatch], stable=True)]
+            without_mixed += int(not bool(mixed[minibatch].any()))
             normalizers = Normalizers.of(loss_mask[minibatch])
             minibatch_loss = 0.0
             for rows in minibatch.split(micro_batch_size):
@@ -120,14 +129,23 @@ def ppo_update(
                         filler_tokens += float(filler.sum())
             grad_norm = torch.nn.utils.clip_grad_norm_(params, train.grad_clip or math.inf)
             check_finite(grad_norm, "gradient", name, step)
+            before = [p.detach().clone() for p in params] if train.record_update_norm else None
             optimizer.step()
+            if before is not None:
+                moved = [(p.detach() - b).pow(2).sum() for p, b in zip(params, before, strict=True)]
+                update_norms.append(float(torch.stack(moved).sum().sqrt()))
             optimizer.zero_grad(set_to_none=True)
             meter.charge_optimizer_step()
             grad_norms.append(float(grad_norm))
             losses.append(minibatch_loss)
-    out = {key: totals[key] / max(weights[key], 1.0) for key in totals}
+    out: dict[str, Any] = {key: totals[key] / max(weights[key], 1.0) for key in totals}
     out["loss"] = sum(losses) / len(losses)
     out["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    out["grad_norms"] = grad_norms
+    if update_norms:
+        out["update_norms"] = update_norms
+        out["update_norm"] = sum(update_norms) / len(update_norms)
+    out["minibatches_without_mixed_group"] = without_mixed
     out["entropy"] = entropy_sum / max(float(batch.response_mask.sum()), 1.0)
     if filler_tokens > 0:
         out["filler_entropy"] = filler_entropy_sum / filler_tokens

@@ -241,7 +241,7 @@ class Trainer:
 
     def update(
         self, method: CreditMethod, batch: RolloutBatch, advantages: torch.Tensor
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         """The PPO-style update of ``method``'s loss on one batch (:func:`ppo_update`)."""
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         lengths = batch.prompt_mask.sum(-1).long() + sequence_lengths(batch.response_ids, eos, pad)
@@ -265,7 +265,10 @@ class Trainer:
     def _step_record(self, method, batch, advantages, stats, timing) -> dict[str, Any]:
         record: dict[str, Any] = {"step": self.step, **budget_fields(self.meter)}
         record.update(batch_statistics(batch, advantages))
-        record.update({key: float(value) for key, value in stats.items()})
+        # per-optimizer-step lists (grad_norms, update_norms) stay lists
+        record.update(
+            {key: v if isinstance(v, list) else float(v) for key, v in stats.items()}
+        )
         record.update(self.services.stats)  # what the method reported this step
         # A measurement, so a loss that runs a model pass of its own (SDPO's top-K) is not
         # charged for it here.

@@ -111,6 +111,23 @@ def _statistic(name: str, samples: np.ndarray) -> np.ndarray:
     raise ValueError(f"statistic: must be mean or iqm (got {name!r})")
 
 
+def t_interval(values, *, confidence: float = 0.95) -> Interval:
+    """Student's t interval of the mean of ``values`` (NaN dropped): mean ± t_{n-1} · s/√n,
+    the parametric twin of :func:`bootstrap_interval` over seed pairs. Degenerate below 2."""
+    from scipy.stats import t as student_t
+
+    data = np.asarray(values, dtype=float)
+    data = data[np.isfinite(data)]
+    if len(data) == 0:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    point = float(data.mean())
+    if len(data) < 2:
+        return Interval(point, point, point, len(data))
+    half = float(student_t.ppf(0.5 + confidence / 2, len(data) - 1) * data.std(ddof=1))
+    half /= math.sqrt(len(data))
+    return Interval(point, point - half, point + half, len(data))
+
+
 def bootstrap_interval(
     scores,
     statistic: str = "mean",

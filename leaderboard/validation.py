@@ -48,6 +48,7 @@ from .stats import (
     response_curves,
     response_horizon,
     responses_to_reach,
+    t_interval,
 )
 
 BASELINE, ORACLE = "grpo", "oracle"
@@ -160,13 +161,20 @@ def validation_table(
         row["online_oracle"] = _mean(group, ORACLE, "reward_mean")
         pairs = (("final_accuracy", "final"), ("auc", "auc"), ("reward_mean", "online"))
         for column, name in pairs:
-            interval: Interval = bootstrap_interval(_paired(group, column), reps=reps, seed=seed)
+            gaps = _paired(group, column)
+            interval: Interval = bootstrap_interval(gaps, reps=reps, seed=seed)
+            student = t_interval(gaps)
             row[f"{name}_gap"] = interval.point
             row[f"{name}_low"], row[f"{name}_high"] = interval.low, interval.high
+            row[f"{name}_t_low"], row[f"{name}_t_high"] = student.low, student.high
+            row[f"{name}_ahead"] = int((gaps > 0).sum())  # the sign test's k of n
             row[f"{name}_pairs"] = interval.n
+            # a claim needs both intervals on one side of 0, over enough pairs
             enough = interval.n >= MIN_PAIRS_FOR_A_CLAIM
-            row[f"{name}_separates"] = bool(enough and interval.low > 0)
-            row[f"{name}_reversed"] = bool(enough and interval.high < 0)
+            above = interval.low > 0 and student.low > 0
+            below = interval.high < 0 and student.high < 0
+            row[f"{name}_separates"] = bool(enough and above)
+            row[f"{name}_reversed"] = bool(enough and below)
         figures = _efficiency(evals, group, row) if row["seeds"] else {}
         if figures:
             gaps = figures[f"auc_responses_{ORACLE}"] - figures[f"auc_responses_{BASELINE}"]
@@ -194,9 +202,15 @@ CSV_COLUMNS = {  # validation.csv column: validation_table column
     "gain_auc": "auc_gap",
     "gain_auc_lo": "auc_low",
     "gain_auc_hi": "auc_high",
+    "gain_auc_t_lo": "auc_t_low",
+    "gain_auc_t_hi": "auc_t_high",
+    "auc_seeds_ahead": "auc_ahead",
     "gain_final": "final_gap",
     "gain_final_lo": "final_low",
     "gain_final_hi": "final_high",
+    "gain_final_t_lo": "final_t_low",
+    "gain_final_t_hi": "final_t_high",
+    "final_seeds_ahead": "final_ahead",
     "grpo_gain": "grpo_gain",
     "grpo_all_fail_share": "all_fail_grpo",
     "grpo_online": "online_grpo",
@@ -204,6 +218,9 @@ CSV_COLUMNS = {  # validation.csv column: validation_table column
     "gain_online": "online_gap",
     "gain_online_lo": "online_low",
     "gain_online_hi": "online_high",
+    "gain_online_t_lo": "online_t_low",
+    "gain_online_t_hi": "online_t_high",
+    "online_seeds_ahead": "online_ahead",
     "gain_auc_responses": "auc_responses_gap",
     "gain_auc_responses_lo": "auc_responses_low",
     "gain_auc_responses_hi": "auc_responses_high",
@@ -320,7 +337,8 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
     if rows.empty:
         return "\n".join([*lines, "No finished runs of grpo and oracle were found.", ""])
     lines += [
-        "Gap = oracle - GRPO (paired by seed), 95% bootstrap interval in brackets; "
+        "Gap = oracle - GRPO (paired by seed), 95% bootstrap interval in brackets, the 95% "
+        "t interval after t, and k/n: the seeds (of n pairs) at which the oracle is ahead; "
         "final = sampled accuracy at the end of the budget, AUC = area under the "
         "accuracy-versus-budget curve; equal responses = the AUC over trained responses up to "
         "the horizon every run reached; online = the mean reward of the training batches (the "
@@ -336,14 +354,20 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     mark = lambda ahead, behind: " *" if ahead else (" †" if behind else "")  # noqa: E731
+    def gap(r, name: str) -> str:  # the gain, its bootstrap and t intervals, k of n ahead
+        get = lambda key: getattr(r, f"{name}_{key}")  # noqa: E731
+        return (
+            f"{_fmt(get('gap'))} [{_fmt(get('low'))}, {_fmt(get('high'))}] "
+            f"t [{_fmt(get('t_low'))}, {_fmt(get('t_high'))}], {get('ahead')}/{get('pairs')}"
+        )
+
     for r in rows.itertuples():
-        final_gap = f"{_fmt(r.final_gap)} [{_fmt(r.final_low)}, {_fmt(r.final_high)}]"
-        auc_gap = f"{_fmt(r.auc_gap)} [{_fmt(r.auc_low)}, {_fmt(r.auc_high)}]"
+        final_gap, auc_gap = gap(r, "final"), gap(r, "auc")
         per_response = "n/a"
         if "auc_responses_gap" in rows and math.isfinite(r.auc_responses_gap):
             low, high = _fmt(r.auc_responses_low), _fmt(r.auc_responses_high)
             per_response = f"{_fmt(r.auc_responses_gap)} [{low}, {high}]"
-        online = f"{_fmt(r.online_gap)} [{_fmt(r.online_low)}, {_fmt(r.online_high)}]"
+        online = gap(r, "online")
         online += mark(r.online_separates, r.online_reversed)
         lines.append(
             f"| {r.name} | {r.final_pairs} | {_fmt(r.start_acc).lstrip('+')} "
@@ -356,8 +380,8 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         )
     lines += [
         "",
-        "`*`: the interval lies above zero (oracle credit ahead); `†`: below zero (GRPO ahead); "
-        f"neither with fewer than {MIN_PAIRS_FOR_A_CLAIM} seeds.",
+        "`*`: both intervals lie above zero (oracle credit ahead); `†`: both below zero (GRPO "
+        f"ahead); neither with fewer than {MIN_PAIRS_FOR_A_CLAIM} seeds.",
         "",
         *_saturation_lines(rows),
     ]
@@ -384,10 +408,20 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
     if len(trend) >= 2:
         gaps = [gap for _, gap in trend]
         grows = all(b > a for a, b in zip(gaps, gaps[1:], strict=False))
+        # growth is claimed only where each longer setting's interval lies above the shorter's
+        by_name = rows.set_index("name")
+        lows, highs = by_name.loc[names, "auc_low"], by_name.loc[names, "auc_high"]
+        apart = all(low > high for low, high in zip(lows[1:], highs[:-1], strict=True))
         shown = ", ".join(f"{length} steps {gap:+.3f}" for length, gap in trend)
-        verdict = "grows" if grows else "does not grow monotonically"
+        verdict = (
+            "grows with length beyond noise"
+            if grows and apart
+            else "is larger at greater length, but within noise (the intervals overlap)"
+            if grows
+            else "does not grow monotonically with length"
+        )
         where = ", ".join(names)
-        lines.append(f"**Length:** across {where}, the AUC gap {verdict} with length ({shown}).")
+        lines.append(f"**Length:** across {where}, the AUC gap {verdict} ({shown}).")
     if warnings:
         lines += ["", "Skipped runs:", *[f"- {w}" for w in warnings]]
     return "\n".join(lines) + "\n"

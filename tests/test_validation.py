@@ -130,7 +130,7 @@ def test_grpo_ahead_beyond_noise_is_reported_not_hidden(monkeypatch, tmp_path):
 
     monkeypatch.setattr(validation, "collect_runs", lambda _: (table, []))
     report = validation_markdown(tmp_path, reps=500)
-    assert "-0.040 [-0.040, -0.040] †" in report
+    assert "-0.040 [-0.040, -0.040] t [-0.040, -0.040], 0/5 †" in report
     assert "**Reversed:** GRPO is ahead of oracle credit beyond noise at: steps=4" in report
     assert "**Does not separate:**" in report  # nothing is ahead in oracle's favour
 
@@ -224,3 +224,49 @@ def test_online_accuracy_gap_gain_and_the_suites_setting_name(monkeypatch, tmp_p
     assert "| chain-hard-steps=8 | 6 | 0.150 |" in report
     assert "**Online only:**" in report and "chain-hard-steps=8" in report.split("Online only")[1]
     assert csv.splitlines()[1].startswith("chain-hard-steps=8,6,0.1500,")
+
+
+def test_a_claim_needs_the_t_interval_too_and_counts_the_seeds_ahead():
+    """Five pairs all of one sign put the bootstrap interval above 0 whatever their spread;
+    one large gap and four tiny ones leave the t interval across 0, so no claim is made."""
+    grpo_final = [0.30, 0.50, 0.40, 0.60, 0.35]
+    gaps = [0.5, 0.01, 0.01, 0.01, 0.01]
+    oracle_final = [x + gap for x, gap in zip(grpo_final, gaps, strict=True)]
+    table = pd.DataFrame(
+        run_rows("steps=4", "prompts_per_step=4", "grpo", grpo_final, grpo_final)
+        + run_rows("steps=4", "prompts_per_step=4", "oracle", oracle_final, grpo_final)
+    )
+    (row,) = validation_table(table, reps=500).itertuples()
+    assert row.final_low > 0 and row.final_t_low < 0
+    assert not row.final_separates and row.final_ahead == 5 and row.final_pairs == 5
+
+
+def test_t_interval_is_the_mean_plus_minus_t_times_the_standard_error():
+    import math
+
+    from creditbench.leaderboard.stats import t_interval
+
+    got = t_interval([1.0, 2.0, 3.0, float("nan")])
+    half = 4.302652729911275 * 1.0 / math.sqrt(3)  # t_{0.975, 2}, s = 1
+    assert (got.point, got.n) == (2.0, 3)
+    assert got.low == pytest.approx(2.0 - half) and got.high == pytest.approx(2.0 + half)
+    assert t_interval([0.5]).low == 0.5 and t_interval([]).n == 0
+
+
+def test_the_length_line_claims_growth_only_where_the_intervals_are_apart(monkeypatch, tmp_path):
+    """A gap larger at 12 steps than at 8 whose intervals overlap is reported as within noise,
+    not as growth with length."""
+    from creditbench.leaderboard import validation
+
+    grpo = [0.30, 0.50, 0.40, 0.60, 0.35]
+    rows = []
+    for options, gaps in (("steps=8", [0.01, 0.03, 0.02, 0.04, 0.00]),
+                          ("steps=12", [0.02, 0.04, 0.03, 0.05, 0.01])):
+        oracle = [g + d for g, d in zip(grpo, gaps, strict=True)]
+        rows += run_rows(options, "default", "grpo", grpo, grpo)
+        rows += run_rows(options, "default", "oracle", oracle, oracle)
+    table = pd.DataFrame(rows)
+    monkeypatch.setattr(validation, "collect_runs", lambda _: (table, []))
+    report = validation_markdown(tmp_path, reps=500)
+    assert "is larger at greater length, but within noise" in report
+    assert "grows with length beyond noise" not in report

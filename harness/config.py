@@ -127,6 +127,7 @@ class RolloutConfig:
 
 
 OPTIMIZERS = ("adamw", "sgd")
+EVAL_DRAWS = ("seeded", "first")  # EvalConfig.problems
 
 
 @dataclass
@@ -219,13 +220,20 @@ class BudgetConfig:
 
 @dataclass
 class EvalConfig:
-    """Evaluation on the eval split: greedy accuracy and mean accuracy over ``k_samples``."""
+    """Evaluation on the eval split: greedy accuracy and mean accuracy over ``k_samples``.
+
+    ``problems``: which ``n_problems`` of a larger split: ``seeded`` draws them with the run
+    seed (the same subset at every evaluation of a run, and for every method at that seed, so
+    the drawing of problems enters an interval over seeds), ``first`` takes the first ones. A
+    split no larger than ``n_problems`` is taken whole either way.
+    """
 
     n_problems: int = 200
     k_samples: int = 4
     greedy: bool = True
     temperature: float = 1.0
     batch_size: int = 64
+    problems: str = "seeded"
 
     def __post_init__(self) -> None:
         _check(
@@ -234,6 +242,11 @@ class EvalConfig:
                 ("k_samples", self.k_samples >= 0, "must be >= 0 (0: no sampled accuracy)"),
                 ("temperature", self.temperature > 0, "must be > 0"),
                 ("batch_size", self.batch_size >= 1, "must be >= 1"),
+                (
+                    "problems",
+                    self.problems in EVAL_DRAWS,
+                    f"must be one of {', '.join(EVAL_DRAWS)}",
+                ),
             ],
             self,
         )

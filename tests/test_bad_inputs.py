@@ -118,6 +118,8 @@ SETTINGS = [
     ("eval.n_problems=0", "eval.n_problems: must be >= 1"),
     ("eval.k_samples=-1", "eval.k_samples: must be >= 0"),
     ("eval.batch_size=0", "eval.batch_size: must be >= 1"),
+    ("eval.problems=nosuch", "eval.problems: must be one of seeded, first"),
+    ("train.record_update_norm=maybe", "train.record_update_norm: expected"),
     ("device=nosuch", "device: must be auto, cpu, cuda"),
     ("checkpoint_every=0", "checkpoint_every: must be >= 1"),
     ("seed=abc", "seed: expected an integer"),

@@ -679,3 +679,21 @@ def test_rows_in_mixed_groups_marks_the_groups_with_both_outcomes():
     groups = torch.tensor([7, 7, 3, 3, 5, 5, 9])  # mixed, all-fail, all-pass, alone
     expected = [True, True, False, False, False, False, False]
     assert rows_in_mixed_groups(rewards, groups).tolist() == expected
+
+
+def test_each_seed_evaluates_on_its_own_draw_of_the_eval_split():
+    """eval.problems=seeded: the subset is drawn with the run seed (the same at every
+    evaluation of a run and for every method at that seed), so problem sampling enters the
+    interval over seeds; first: the first problems; a split no larger is taken whole."""
+    from creditbench.harness.tasks import get_task
+    from creditbench.harness.training.evaluation import eval_problems
+
+    task = get_task("chain", steps=2)
+    split = list(task.problems("eval"))
+    draw = lambda n, seed, how="seeded": [p.prompt for p in eval_problems(task, n, seed, how)]  # noqa: E731
+    assert draw(20, 0) == draw(20, 0) and draw(20, 0) != draw(20, 1)
+    assert len(set(draw(20, 3))) == 20 and set(draw(20, 3)) <= {p.prompt for p in split}
+    assert draw(20, 0, "first") == [p.prompt for p in split[:20]]
+    assert draw(len(split), 5) == draw(len(split) + 7, 9) == [p.prompt for p in split]
+    with pytest.raises(Exception, match="eval.problems: must be one of seeded, first"):
+        load_config(None, ["eval.problems=nosuch"])

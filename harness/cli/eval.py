@@ -68,6 +68,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed,
         drift_threshold=args.drift_threshold,
         decoding_rule=rule,
+        problems=ev.problems,
     )
     print(json.dumps({"model": str(source), "task": task_name, **result}, indent=2))
     return 0

@@ -121,6 +121,7 @@ def eval_flops_per_run(config) -> float:
     from creditbench.harness.models.bootstrap import task_alphabet
     from creditbench.harness.models.modeling import build_char_tokenizer, build_model, load_policy
     from creditbench.harness.tasks import get_task
+    from creditbench.harness.training.evaluation import eval_problems
 
     task = get_task(config.task, **config.task_options)
     if config.model.path is not None:
@@ -130,7 +131,7 @@ def eval_flops_per_run(config) -> float:
         model = build_model(config.model.preset, tokenizer, seed=0)
     meter = BudgetMeter.for_model(model)
     ev = config.eval
-    problems = task.problems("eval")[: ev.n_problems]
+    problems = eval_problems(task, ev.n_problems, config.seed, ev.problems)
     prompts = [len(tokenizer(p.prompt, add_special_tokens=False)["input_ids"]) for p in problems]
     samples = ev.k_samples + (1 if ev.greedy else 0)
     news = [config.rollout.max_new_tokens] * len(prompts)

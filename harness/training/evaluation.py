@@ -14,6 +14,20 @@ import torch
 from creditbench.harness.sampling.rollout import derive_seed, sample_responses
 
 
+def eval_problems(task, n_problems: int, seed: int, draw: str = "seeded") -> list:
+    """``n_problems`` problems of the eval split in split order: drawn without replacement
+    with ``seed`` (``draw="seeded"``) or the first ones (``"first"``); the whole split when it
+    holds no more."""
+    split = list(task.problems("eval"))
+    if n_problems >= len(split):
+        return split
+    if draw == "first":
+        return split[:n_problems]
+    generator = torch.Generator().manual_seed(derive_seed(seed, "eval-problems"))
+    picked = torch.randperm(len(split), generator=generator)[:n_problems].sort().values
+    return [split[i] for i in picked.tolist()]
+
+
 def evaluate(
     model,
     tokenizer,
@@ -29,8 +43,10 @@ def evaluate(
     drift_threshold: float | None = None,
     decoding_rule: Any = None,
     engine: str = "auto",
+    problems: str = "seeded",
 ) -> dict[str, Any]:
-    """Accuracy of ``model`` on the first ``n_problems`` problems of the eval split.
+    """Accuracy of ``model`` on ``n_problems`` problems of the eval split (:func:`eval_problems`:
+    drawn with ``seed``, or the first ones).
 
     ``batch_size`` prompts go into each ``generate`` call (``batch_size * k_samples`` rows
     when sampling): on a CPU, per-call overhead dominates small models, so bigger is faster.
@@ -45,14 +61,14 @@ def evaluate(
     decodes with that method's drift filter at the masked-mass ``drift_threshold``
     (:mod:`creditbench.harness.sampling.drift_decoding`) and adds its ``drift_*`` statistics.
     """
-    problems = list(task.problems("eval"))[:n_problems]
-    prompts = [p.prompt for p in problems]
-    result: dict[str, Any] = {"n_problems": len(problems)}
+    chosen = eval_problems(task, n_problems, seed, problems)
+    prompts = [p.prompt for p in chosen]
+    result: dict[str, Any] = {"n_problems": len(chosen)}
     sample: Any = functools.partial(sample_responses, engine=engine)
     if decoding_rule is not None:
         from creditbench.harness.sampling.drift_decoding import DriftSampler
 
-        sample = DriftSampler(task, problems, decoding_rule, drift_threshold or 0.8)
+        sample = DriftSampler(task, chosen, decoding_rule, drift_threshold or 0.8)
     was_training = model.training
     model.eval()
     try:
@@ -68,7 +84,7 @@ def evaluate(
                 batch_size=batch_size,
             )
             rewards = [
-                task.grade(p, t).reward for p, t in zip(problems, samples.texts, strict=True)
+                task.grade(p, t).reward for p, t in zip(chosen, samples.texts, strict=True)
             ]
             result["greedy_accuracy"] = sum(r > 0.5 for r in rewards) / max(len(rewards), 1)
         if k_samples > 0:
@@ -82,10 +98,10 @@ def evaluate(
                 seed=derive_seed(seed, "eval"),
                 batch_size=batch_size,
             )
-            rows = [problems[i] for i in samples.prompt_index.tolist()]
+            rows = [chosen[i] for i in samples.prompt_index.tolist()]
             correct = torch.tensor(
                 [task.grade(p, t).reward > 0.5 for p, t in zip(rows, samples.texts, strict=True)]
-            ).view(len(problems), k_samples)
+            ).view(len(chosen), k_samples)
             result["sampled_accuracy"] = float(correct.float().mean())
             result["pass_at_k"] = float(correct.any(-1).float().mean())
             result["mean_length"] = float(samples.response_mask.sum(-1).mean())

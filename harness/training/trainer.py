@@ -305,6 +305,7 @@ class Trainer:
                 max_new_tokens=self.config.rollout.max_new_tokens,
                 seed=self.config.seed,
                 engine=self.config.rollout.backend if self.services.sampler is None else "auto",
+                problems=ev.problems,
             )
         seconds = time.perf_counter() - started
         for fraction in fractions:

@@ -39,26 +39,28 @@ def batch_statistics(batch: RolloutBatch, advantages: Tensor) -> dict[str, Any]:
     }
 
 
-def rows_in_mixed_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
-    """``[B]`` bool: the row's group (of two or more responses) has both passed and failed
-    responses. Outcome credit (GRPO's) is exactly 0 on every other row."""
+def group_outcomes(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Each row's group index ``[B]``, and per group its responses and passed responses
+    (reward > 0.5) ``[G]``."""
     passed = (rewards > 0.5).float()
     _, inverse = torch.unique(group_ids, return_inverse=True)
     groups = int(inverse.max()) + 1 if inverse.numel() else 0
     size = torch.zeros(groups).index_add_(0, inverse, torch.ones_like(passed))
     wins = torch.zeros(groups).index_add_(0, inverse, passed)
-    mixed = (wins > 0) & (wins < size)
-    return mixed[inverse]
+    return inverse, size, wins
+
+
+def rows_in_mixed_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """``[B]`` bool: the row's group (of two or more responses) has both passed and failed
+    responses. Outcome credit (GRPO's) is exactly 0 on every other row."""
+    inverse, size, wins = group_outcomes(rewards, group_ids)
+    return ((wins > 0) & (wins < size))[inverse]
 
 
 def group_outcome_shares(rewards: Tensor, group_ids: Tensor) -> tuple[float, float]:
     """The shares of the batch's groups (of two or more responses) in which every response
     fails (reward <= 0.5; outcome credit is zero there) and in which outcomes are mixed."""
-    passed = (rewards > 0.5).float()
-    _, inverse = torch.unique(group_ids, return_inverse=True)
-    groups = int(inverse.max()) + 1 if inverse.numel() else 0
-    size = torch.zeros(groups).index_add_(0, inverse, torch.ones_like(passed))
-    wins = torch.zeros(groups).index_add_(0, inverse, passed)
+    _, size, wins = group_outcomes(rewards, group_ids)
     real = size >= 2  # a group of one has no outcome contrast to lose
     if not real.any():
         return 0.0, 0.0

@@ -31,7 +31,8 @@ Deviations:
       switch changes one thing. ``kl_coef`` needs ``"clip"``: the paper's loss has no KL.
     - Steps (``steps``) are cut after generation, not generated one per call with a stop
       string; the paper's caps (20 thoughts, 256 tokens each) are not applied. ``auto``: the
-      task's step spans (the testbed's lines and answer line), else a blank line; ``thought``
+      task's step spans (the testbed's lines and answer line; GSM8K's lines, MATH's sentences
+      outside LaTeX), else a blank line; ``thought``
       cuts after each ``</thought>``, ``line`` after each newline.
     - Fresh attempts are drawn in rounds: N1 + 1 per prompt, then one per prompt still without
       a parent. The roles and the number of attempts equal the paper's one-at-a-time loop.

@@ -5,7 +5,7 @@ composes these, so its own file keeps the paper's logic and none of the plumbing
 
 - :func:`continue_prefixes`: continuations from a state inside earlier responses (RRPO/SRPO);
 - :func:`own_tokens_only`: a continuation trains on what it sampled, not on its prefix;
-- :func:`with_step_ids`: a batch's steps, from the task's checker or a delimiter, and the step
+- :func:`with_step_ids`: a batch's steps, from the task's own spans or a delimiter, and the step
   arithmetic on them (:func:`num_steps`, :func:`prefix_lengths` of a reset state,
   :func:`true_first_wrong` from the ground truth);
 - :func:`verified_responses`: given texts or token ids as a graded batch, and which of them

@@ -123,6 +123,26 @@ def _actor(mode: str, clip_c: float, **info) -> ActorConfig:
     return config
 
 
+def _losses_and_grads(names, old, new, advantages, mask, mode, config) -> list[tuple]:
+    """``(loss, gradient on the log-probs, metrics)`` of each named verl policy loss on the
+    same inputs."""
+    results = []
+    for name in names:
+        log_prob = new.clone().requires_grad_(True)
+        loss, metrics = core_algos.get_policy_loss_fn(name)(
+            old_log_prob=old,
+            log_prob=log_prob,
+            advantages=advantages,
+            response_mask=mask,
+            loss_agg_mode=mode,
+            config=config,
+            rollout_is_weights=None,
+        )
+        loss.backward()
+        results.append((loss.detach(), log_prob.grad, metrics))
+    return results
+
+
 def _loss_inputs(seed: int):
     gen = torch.Generator().manual_seed(100 + seed)
     _, mask, _ = _batch(seed, singletons=False)
@@ -145,20 +165,8 @@ def test_losses_match_verls_vanilla_loss_and_gradient(seed, mode, clip_c, global
     if global_counts:  # a micro-batch of a global batch over two data-parallel ranks
         info = dict(dp_size=2, batch_num_tokens=3 * float(mask.sum()), global_batch_size=40)
     config = _actor(mode, clip_c, **info)
-    results = []
-    for name in ("vanilla", "creditbench_grpo", "creditbench_rloo", "creditbench_drgrpo"):
-        log_prob = new.clone().requires_grad_(True)
-        loss, metrics = core_algos.get_policy_loss_fn(name)(
-            old_log_prob=old,
-            log_prob=log_prob,
-            advantages=advantages,
-            response_mask=mask,
-            loss_agg_mode=mode,
-            config=config,
-            rollout_is_weights=None,
-        )
-        loss.backward()
-        results.append((loss.detach(), log_prob.grad, metrics))
+    names = ("vanilla", "creditbench_grpo", "creditbench_rloo", "creditbench_drgrpo")
+    results = _losses_and_grads(names, old, new, advantages, mask, mode, config)
     loss0, grad0, metrics0 = results[0]
     assert torch.count_nonzero(grad0) > 0
     for loss, grad, metrics in results[1:]:
@@ -224,20 +232,8 @@ def test_gspo_matches_verls_gspo_loss_which_has_no_dual_clip(seed, mode, clip, g
         config.global_batch_info.update(
             dp_size=2, batch_num_tokens=3 * float(mask.sum()), global_batch_size=40
         )
-    results = []
-    for name in ("gspo", "creditbench_gspo"):
-        log_prob = new.clone().requires_grad_(True)
-        loss, metrics = core_algos.get_policy_loss_fn(name)(
-            old_log_prob=old,
-            log_prob=log_prob,
-            advantages=advantages,
-            response_mask=mask,
-            loss_agg_mode=mode,
-            config=config,
-            rollout_is_weights=None,
-        )
-        loss.backward()
-        results.append((loss.detach(), log_prob.grad, metrics))
+    names = ("gspo", "creditbench_gspo")
+    results = _losses_and_grads(names, old, new, advantages, mask, mode, config)
     (theirs, their_grad, their_metrics), (ours, our_grad, our_metrics) = results
     assert torch.count_nonzero(their_grad) > 0
     torch.testing.assert_close(ours, theirs, **TOL)

@@ -153,6 +153,42 @@ def test_every_state_of_a_sampled_batch_gets_a_probability(services):
     assert ((values[valid] >= 0) & (values[valid] <= 1)).all()
 
 
+def test_the_state_only_variant_values_a_state_alike_whichever_response_reached_it(services):
+    """Two responses share their first line and differ in the second line's filler. The
+    estimator's own continuation reads that filler, so the shared state's value depends on the
+    response (the action-dependence ``creditbench values`` measures); the state-only variant
+    gives the state one value."""
+    from creditbench.harness.services.task_values import task_state_values
+
+    index, problem = 0, services.train_problems[0]
+    solution = services.task.reference_solution(problem)
+    first, rest = solution.split("\n", 1)
+    filler = parse_step(rest.split("\n", 1)[0]).filler.strip()
+    other = next(f for f in TASK.config.fillers if f != filler)
+    responses = [solution, first + "\n" + rest.replace(filler, other, 1)]
+
+    def value_after_first_line(response, own):
+        batch = services.batch_from_responses([index], [response])
+        values, _ = task_state_values(
+            batch,
+            task=services.task,
+            text=services.text,
+            scoring=services.scoring,
+            tokenizer=services.tokenizer,
+            own_continuation=own,
+        )
+        return float(values[0, 1])  # s_1: the prompt and the first line
+
+    own = [value_after_first_line(r, own=True) for r in responses]
+    state = [value_after_first_line(r, own=False) for r in responses]
+    # (the untrained policy's values are tiny: compared relatively; rows of other lengths are
+    # padded differently, which moves the last digits)
+    assert state[0] == pytest.approx(state[1], rel=1e-4)
+    assert abs(own[0] - own[1]) > 0.01 * max(own)
+    canonical = own[0] if filler == TASK.config.fillers[0] else own[1]
+    assert canonical == pytest.approx(state[0], rel=1e-4)
+
+
 # --- the check against Monte Carlo ------------------------------------------------------------
 
 
@@ -173,6 +209,57 @@ def test_the_summary_separates_monte_carlo_noise_from_the_estimators_error():
     assert exact["rmse_corrected"] < 0.02 and exact["bias_lo"] < 0 < exact["bias_hi"]
     off = summarize(records([min(p + 0.1, 1.0) for p in truth]))
     assert off["bias_lo"] > 0.05 and off["rmse_corrected"] > 0.07
+
+
+def test_the_quantiles_tell_a_tail_of_noise_from_a_tail_of_error():
+    """Exact values leave quantiles of |analytic - mc| that the noise-alone ones match; a few
+    states off by 0.5 put the 99% quantile and the maximum far above theirs."""
+    rng = random.Random(1)
+    samples = 64
+    truth = [rng.random() for _ in range(500)]
+
+    def records(analytic):
+        out = []
+        for p, a in zip(truth, analytic, strict=True):
+            mc = sum(rng.random() < p for _ in range(samples)) / samples
+            row = {"analytic": a, "analytic_state": a, "credit": 0.2, "mc": mc}
+            out.append(row | {"samples": samples})
+        return out
+
+    exact = summarize(records(truth))
+    for q in ("p50", "p90", "p99"):
+        assert abs(exact[f"abs_{q}"] - exact[f"noise_{q}"]) < 0.02
+    assert exact["action_max"] == 0.0 and exact["credit_mean"] == pytest.approx(0.2)
+    tail = [p if i % 25 else (p + 0.5) % 1.0 for i, p in enumerate(truth)]  # 4% far off
+    off = summarize(records(tail))
+    assert off["abs_p50"] < 0.06 and off["abs_p99"] > off["noise_p99"] + 0.2
+    assert off["abs_max"] > 0.4
+
+
+def test_the_command_values_the_policy_of_a_checkpoint(tmp_path, capsys):
+    """``--checkpoint`` loads the saved weights: the states of the shipped base policy of the
+    default task have values a random model of the same shape does not give them; a folder
+    without weights is refused."""
+    import csv
+
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.tasks import get_task
+
+    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain")))
+    random_policy = save_policy(build_model("tiny", tokenizer, seed=1), tokenizer, tmp_path / "r")
+    settings = ["rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=160"]
+    argv = ["values", "--batches", "1", "--states", "4", "--samples", "2"]
+    argv += [f"--set={s}" for s in settings]
+    start, later = tmp_path / "start.csv", tmp_path / "later.csv"
+    assert main([*argv, "--out", str(start)]) == 0
+    assert main([*argv, "--out", str(later), "--checkpoint", str(random_policy)]) == 0
+    assert f"checkpoint {random_policy}" in capsys.readouterr().out
+    values = [[float(r["analytic"]) for r in csv.DictReader(f.open())] for f in (start, later)]
+    assert max(values[0]) > 0.05 and max(values[1]) < 1e-3
+    assert main([*argv, "--checkpoint", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--checkpoint" in err and "model.safetensors" in err
 
 
 def test_the_command_refuses_a_single_continuation(capsys):

@@ -99,7 +99,13 @@ def _cmd_values(args: argparse.Namespace) -> int:
     quiet_transformers()
     try:
         return run_value_check(
-            args.config, args.overrides, args.batches, args.states, args.samples, args.out
+            args.config,
+            args.overrides,
+            args.batches,
+            args.states,
+            args.samples,
+            args.out,
+            args.checkpoint,
         )
     except (ConfigError, ValueError) as err:
         return usage_error("values", str(err))
@@ -156,7 +162,8 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "values",
-        help="the task's own state values against Monte Carlo, at the starting policy",
+        help="the task's own state values against Monte Carlo, at the starting policy or a "
+        "checkpoint's",
     )
     p.add_argument("--config", help="a YAML run config (default: the defaults)")
     add_set_option(p)
@@ -166,5 +173,10 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--samples", type=positive_int, default=256, help="continuations a state (256)")
     p.add_argument("--out", help="write one CSV row per state here")
+    p.add_argument(
+        "--checkpoint",
+        help="a run's checkpoints/step-N folder: value the states of its policy (the run's "
+        "config.yaml is the default config)",
+    )
     p.add_argument("--threads", type=positive_int)
     p.set_defaults(func=_cmd_values)

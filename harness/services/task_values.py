@@ -83,10 +83,22 @@ def _rendering_logprob(scored, free: frozenset[int], start: int, end: int, lengt
 
 
 def task_state_values(
-    batch: RolloutBatch, *, task: Any, text: TaskText, scoring: ScoringPasses, tokenizer: Any
+    batch: RolloutBatch,
+    *,
+    task: Any,
+    text: TaskText,
+    scoring: ScoringPasses,
+    tokenizer: Any,
+    own_continuation: bool = True,
 ) -> tuple[Tensor, dict[str, float]]:
     """``([B, S] V(s_k), statistics)``: the task's value of every state of every row, NaN past
-    a row's states; see ``Services.task_values``."""
+    a row's states; see ``Services.task_values``.
+
+    ``own_continuation``: the probes continue a state the way the response that reached it
+    went on (its later lines' fillers and forms, where they apply the right operation: what
+    the estimator uses); False continues every state the same way whichever response reached
+    it, so V is a function of the state alone (``creditbench values`` measures the difference).
+    """
     if not hasattr(task, "value_probes"):
         raise ValueError(f"task {task.name!r} has no value of its own (value_probes)")
     prefixes, valid = state_prefixes(batch)
@@ -97,7 +109,8 @@ def task_state_values(
     for row, k, tokens in prefixes:
         state = (int(index[row]), tokenizer.decode(list(tokens), skip_special_tokens=True))
         if state not in probes:
-            probes[state] = task.value_probes(problems[row], state[1], responses[row])
+            continuation = responses[row] if own_continuation else state[1]
+            probes[state] = task.value_probes(problems[row], state[1], continuation)
         where.append((row, k, state))
     distinct: dict[tuple[int, str], int] = {}
     prompt_of: dict[int, str] = {int(index[row]): problems[row].prompt for row, _, _ in where}

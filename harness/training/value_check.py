@@ -19,8 +19,25 @@ the task's values once the Monte-Carlo variance is taken out:
   mean squared error of the analytic value against the true one (the estimator's noise has
   that variance, unbiasedly);
 
+- ``abs_p50``, ``abs_p90``, ``abs_p99``, ``abs_max``: quantiles of |analytic - mc| over states,
+  beside ``noise_p50`` ... ``noise_max``, the same quantiles had the analytic values been exact
+  (Monte Carlo drawn from them, the median over 200 draws), so a tail that noise alone makes
+  is told from the estimator's own;
+
 over all states and separately for the states whose steps are all right so far and the states
 after a wrong step.
+
+**Does a state's value depend on the action it judges?** The estimator continues a state the
+way the response that reached it went on (its later lines' fillers and split or direct forms),
+so V(s_k) can read the form of step k itself, the action that credit A_k = V(s_{k+1}) - V(s_k)
+judges. Each state is also valued with one continuation for every response
+(``analytic_state``: the first filler and the direct form, a function of the state alone), and
+the summary sets the difference against the credit it would shift: ``action_p50`` ...
+``action_max`` of |analytic - analytic_state| and ``credit_mean``, the mean |A_k| of the steps
+the compared states begin.
+
+``--checkpoint DIR`` values the states of the policy saved in a run's checkpoint (its
+``model.safetensors``), so the values are checked where the results live, not only at the start.
 """
 
 from __future__ import annotations
@@ -34,11 +51,17 @@ from typing import Any
 
 import torch
 
+from creditbench.harness.services.task_values import task_state_values
 from creditbench.methods.contract import FIRST_WRONG_MASK, PROBLEM_INDEX
-from creditbench.methods.values import mc_state_values, state_prefixes, state_starts
+from creditbench.methods.values import mc_state_values, state_prefixes, state_starts, step_credit
 
 CONTINUATIONS_PER_CALL = 4096
-FIELDS = ("batch", "problem", "state", "right_so_far", "analytic", "mc", "samples")
+FIELDS = (
+    "batch", "problem", "state", "right_so_far",
+    "analytic", "analytic_state", "credit", "mc", "samples",
+)  # fmt: skip
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
+NOISE_DRAWS = 200
 
 
 def compare_values(trainer: Any, batches: int, states: int, samples: int) -> list[dict]:
@@ -49,7 +72,16 @@ def compare_values(trainer: Any, batches: int, states: int, samples: int) -> lis
         services.begin_step(b, defer_behaviour=False, reference_method=True)
         batch = services.sample_batch()
         analytic = services.task_values(batch)
+        state_only, _ = task_state_values(
+            batch,
+            task=services.task,
+            text=services.text,
+            scoring=services.scoring,
+            tokenizer=services.tokenizer,
+            own_continuation=False,
+        )
         starts, valid = state_starts(batch.step_ids)
+        credit = step_credit(analytic, valid, batch.rewards)
         index = batch.extra(PROBLEM_INDEX).tolist()
         first_wrong = batch.extra(FIRST_WRONG_MASK) > 0
         distinct: dict[tuple, tuple[int, int]] = {}
@@ -76,11 +108,32 @@ def compare_values(trainer: Any, batches: int, states: int, samples: int) -> lis
                     # none of the state's own tokens lies on the first wrong step
                     "right_so_far": int(not first_wrong[row, : int(starts[row, k])].any()),
                     "analytic": float(analytic[row, k]),
+                    "analytic_state": float(state_only[row, k]),
+                    "credit": float(credit[row, k]),  # of the step that state k begins
                     "mc": float(mc[row, k]),
                     "samples": samples,
                 }
             )
     return records
+
+
+def _quantiles(values: torch.Tensor, prefix: str) -> dict[str, float]:
+    return {f"{prefix}_{name}": float(values.quantile(q)) for name, q in QUANTILES.items()}
+
+
+def noise_quantiles(records: list[dict], draws: int = NOISE_DRAWS) -> dict[str, float]:
+    """The quantiles of |analytic - mc| that Monte-Carlo noise alone would give, were the
+    analytic values exact: each draw samples every state's Monte-Carlo value from them."""
+    truth = torch.tensor([min(max(r["analytic"], 0.0), 1.0) for r in records], dtype=torch.float64)
+    count = torch.tensor([float(r["samples"]) for r in records], dtype=torch.float64)
+    generator = torch.Generator().manual_seed(0)
+    per_draw = []
+    for _ in range(draws):
+        mc = torch.binomial(count, truth, generator=generator) / count
+        gaps = (truth - mc).abs()
+        per_draw.append(torch.stack([gaps.quantile(q) for q in QUANTILES.values()]))
+    medians = torch.stack(per_draw).median(dim=0).values
+    return {f"noise_{name}": float(v) for name, v in zip(QUANTILES, medians, strict=True)}
 
 
 def summarize(records: list[dict]) -> dict[str, float]:
@@ -91,7 +144,7 @@ def summarize(records: list[dict]) -> dict[str, float]:
     bias = statistics.mean(diffs)
     half = 1.96 * statistics.stdev(diffs) / math.sqrt(n) if n > 1 else math.nan
     squared = statistics.mean(d * d for d in diffs) - statistics.mean(noise)
-    return {
+    figures = {
         "states": n,
         "mae": statistics.mean(abs(d) for d in diffs),
         "noise_mae": statistics.mean(math.sqrt(2 / math.pi * v) for v in noise),
@@ -101,6 +154,13 @@ def summarize(records: list[dict]) -> dict[str, float]:
         "rmse_corrected": math.sqrt(max(squared, 0.0)),
         "mean_value": statistics.mean(r["mc"] for r in records),
     }
+    figures |= _quantiles(torch.tensor([abs(d) for d in diffs], dtype=torch.float64), "abs")
+    figures |= noise_quantiles(records)
+    if all("analytic_state" in r for r in records):
+        action = [abs(r["analytic"] - r["analytic_state"]) for r in records]
+        figures |= _quantiles(torch.tensor(action, dtype=torch.float64), "action")
+        figures["credit_mean"] = statistics.mean(abs(r["credit"]) for r in records)
+    return figures
 
 
 def run_value_check(
@@ -110,15 +170,38 @@ def run_value_check(
     states: int,
     samples: int,
     out: str | None,
+    checkpoint: str | None = None,
 ) -> int:
-    """Build the run of the config at its starting policy, compare, print (and write)."""
-    from creditbench.harness.config import load_config
+    """Build the run of the config at its starting policy (or the policy of ``checkpoint``, a
+    run's ``checkpoints/step-N`` folder, whose run's config is the default), compare, print
+    (and write)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_model
+
+    from creditbench.harness.config import ConfigError, load_config
     from creditbench.harness.training.trainer import Trainer
 
+    weights = None
+    if checkpoint is not None:
+        weights = Path(checkpoint) / "model.safetensors"
+        if not weights.is_file():
+            raise ConfigError(f"--checkpoint: {checkpoint} holds no model.safetensors")
+        run_config = Path(checkpoint).parent.parent / "config.yaml"
+        if config_path is None and run_config.is_file():
+            config_path = str(run_config)
     config = load_config(config_path, overrides)
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer(config, scratch)
         trainer.build()
+        if weights is not None:
+            try:
+                load_model(trainer.policy, str(weights), device=str(trainer.device))
+            except (SafetensorError, RuntimeError) as err:
+                message = str(err).splitlines()[0]
+                raise ConfigError(
+                    f"--checkpoint: {weights} does not fit the run's model: {message}"
+                ) from None
+            trainer.services.on_policy_updated()
         records = compare_values(trainer, batches, states, samples)
     if out:
         path = Path(out)
@@ -129,14 +212,15 @@ def run_value_check(
             writer.writeheader()
             writer.writerows(records)
         partial.replace(path)
+    policy = f"checkpoint {checkpoint}" if checkpoint else "the starting policy"
     print(
         f"{len(records)} states of {batches} batches of {config.rollout.prompts_per_step} x "
-        f"{config.rollout.group_size} at the starting policy of task {config.task} "
+        f"{config.rollout.group_size} at {policy} of task {config.task} "
         f"{config.task_options}; Monte Carlo with {samples} continuations each"
     )
     print(
         f"  {'states':<14} {'n':>4} {'mean V':>7} {'mae':>6} {'noise_mae':>9} "
-        f"{'bias [95%]':>24} {'rmse_corrected':>14}"
+        f"{'bias [95%]':>24} {'rmse_corrected':>14}   |error| p50 p90 p99 max (noise alone)"
     )
     groups = {
         "all": records,
@@ -150,6 +234,13 @@ def run_value_check(
         interval = f"{s['bias']:+.3f} [{s['bias_lo']:+.3f}, {s['bias_hi']:+.3f}]"
         print(
             f"  {name:<14} {s['states']:>4} {s['mean_value']:7.3f} {s['mae']:6.3f} "
-            f"{s['noise_mae']:9.3f} {interval:>24} {s['rmse_corrected']:14.3f}"
+            f"{s['noise_mae']:9.3f} {interval:>24} {s['rmse_corrected']:14.3f}   "
+            + " ".join(f"{s['abs_' + q]:.3f} ({s['noise_' + q]:.3f})" for q in QUANTILES)
         )
+    s = summarize(records)
+    print(
+        "  action-dependence, |analytic - analytic_state| p50 p90 p99 max: "
+        + " ".join(f"{s['action_' + q]:.4f}" for q in QUANTILES)
+        + f"; mean |credit| of the steps these states begin: {s['credit_mean']:.4f}"
+    )
     return 0

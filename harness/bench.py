@@ -259,13 +259,24 @@ def select_runs(runs: list[Run], patterns: list[str]) -> list[Run]:
 
 
 def write_manifest(results_dir: Path, path: Path, runs: list[Run]) -> None:
-    """Record every run of the suite, so a partly run folder says what it is missing."""
+    """Record every run of the suite, so a partly run folder says what it is missing. The runs
+    an earlier manifest of the same suite lists stay listed (another ``--seeds`` set of it in
+    the same folder adds to them)."""
     from creditbench.harness.records.rundir import atomic_write_text
 
     results_dir.mkdir(parents=True, exist_ok=True)
-    manifest = {"suite": path.stem, "runs": [{"name": r.name, "setting": r.label} for r in runs]}
+    target = results_dir / f"suite-{path.stem}.json"
+    listed: dict[str, str] = {}
+    try:
+        earlier = json.loads(target.read_text(encoding="utf-8"))
+        listed = {str(r["name"]): str(r["setting"]) for r in earlier["runs"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none yet, or unreadable: this suite's runs replace it
+    listed |= {r.name: r.label for r in runs}
+    entries = [{"name": name, "setting": label} for name, label in listed.items()]
+    manifest = {"suite": path.stem, "runs": entries}
     text = json.dumps(manifest, indent=1) + "\n"
-    atomic_write_text(results_dir / f"suite-{path.stem}.json", text)
+    atomic_write_text(target, text)
 
 
 def default_workers() -> tuple[int, int]:
@@ -290,6 +301,21 @@ def _progress_of(run_dir: Path) -> float:
     return 0.0
 
 
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: comma-separated seeds and inclusive ranges, ``10-19`` or ``0,2,5-7``."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        try:
+            first, last = int(low), int(high) if dash else int(low)
+        except ValueError:
+            first, last = -1, -1
+        if first < 0 or last < first:
+            raise SuiteError(f"--seeds: {text!r}: seeds and ranges like 10-19 or 0,2,5-7")
+        seeds.extend(range(first, last + 1))
+    return list(dict.fromkeys(seeds))
+
+
 def run_suite(
     suite: str,
     *,
@@ -299,9 +325,11 @@ def run_suite(
     overrides: list[str] = (),
     only: list[str] = (),
     threads: int | None = None,
+    seeds: list[int] | None = None,
 ) -> int:
     """Run every run of a suite (or those matching ``only``); print a summary, render the
-    leaderboard."""
+    leaderboard. ``seeds`` replaces the suite's seeds (a confirmatory set on new seeds runs
+    the same suite)."""
     from tqdm.auto import tqdm
 
     from creditbench.harness.config import ConfigError
@@ -309,7 +337,10 @@ def run_suite(
     from creditbench.harness.training.trainer import Trainer
 
     path = suite_path(suite)
-    runs = expand_suite(load_suite(path), path, list(overrides))
+    definition = load_suite(path)
+    if seeds is not None:
+        definition["seeds"] = list(seeds)
+    runs = expand_suite(definition, path, list(overrides))
     results_dir = Path(results or f"runs/bench-{path.stem}")
     try:
         check_creatable(results_dir, "--results")

@@ -56,6 +56,14 @@ BASELINE, ORACLE = "grpo", "oracle"
 # of one sign excludes 0 whatever n, and under a null symmetric about 0 all n gaps share one
 # given sign with probability 2^-n; 5 pairs make that 3%, within the interval's 5%.
 MIN_PAIRS_FOR_A_CLAIM = 5
+# The frozen protocol's confirmatory seeds (docs/testbed.md, "The frozen protocol"): runs at
+# these seeds form rows of their own, so the claim can be read on them alone.
+CONFIRMATORY_SEEDS = range(10, 20)
+
+
+def seed_set(seed: int) -> str:
+    """``confirmatory`` for the protocol's confirmatory seeds, else ``exploratory``."""
+    return "confirmatory" if seed in CONFIRMATORY_SEEDS else "exploratory"
 
 
 def _paired(runs: pd.DataFrame, column: str) -> np.ndarray:
@@ -140,14 +148,18 @@ def validation_table(
 ) -> pd.DataFrame:
     """One row per (task options, setting) of a :func:`collect_runs` table; see the module doc."""
     runs = table[table["kind"] == "run"].copy()
+    runs["seed_set"] = [seed_set(int(seed)) for seed in runs["seed"]]
     evals = table[table["kind"] == "eval"]
     rows = []
-    for (options, setting), group in runs.groupby(["options", "setting"], sort=False):
-        row: dict = {"options": options, "setting": setting}
+    keys = ["options", "setting", "seed_set"]
+    for (options, setting, which), group in runs.groupby(keys, sort=False):
+        row: dict = {"options": options, "setting": setting, "seed_set": which}
         seeds = [set(group.loc[group["method"] == m, "seed"]) for m in (BASELINE, ORACLE)]
         group = group[group["seed"].isin(seeds[0] & seeds[1])]  # every figure over the pairs
         row["seeds"] = len(seeds[0] & seeds[1])
         row["name"] = _setting_name(group) if len(group) else f"{options} {setting}"
+        if which == "confirmatory":
+            row["name"] += " (confirmatory)"
         row["start_acc"] = _mean(group, BASELINE, "start_accuracy")
         for method in (BASELINE, ORACLE):
             row[f"auc_{method}"] = _mean(group, method, "auc")
@@ -189,12 +201,16 @@ def validation_table(
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    order = sorted(range(len(out)), key=lambda i: natural_key(f"{out.setting[i]} {out.options[i]}"))
+    order = sorted(
+        range(len(out)),
+        key=lambda i: natural_key(f"{out.setting[i]} {out.options[i]} {out.seed_set[i]}"),
+    )
     return out.iloc[order].reset_index(drop=True)
 
 
 CSV_COLUMNS = {  # validation.csv column: validation_table column
     "setting": None,
+    "seed_set": "seed_set",
     "seeds": "seeds",
     "start_acc": "start_acc",
     "grpo_auc": "auc_grpo",
@@ -267,7 +283,8 @@ def length_trend(rows: pd.DataFrame, column: str = "auc_gap") -> tuple[list[str]
     rates) are not one series."""
     best: tuple[list[str], list[tuple[int, float]]] = ([], [])
     others = rows["options"].map(lambda options: CHAIN_LENGTH.sub("", options))
-    for _, group in rows.groupby([rows["setting"], others], sort=False):
+    by = [rows["setting"], others] + ([rows["seed_set"]] if "seed_set" in rows else [])
+    for _, group in rows.groupby(by, sort=False):
         columns = zip(group["options"], group[column], group["name"], strict=True)
         series = sorted(
             (length, float(gap), name)

@@ -11,9 +11,11 @@ from creditbench.harness.bench import (
     SuiteError,
     expand_suite,
     load_suite,
+    parse_seeds,
     run_config,
     select_runs,
     suite_path,
+    write_manifest,
 )
 from creditbench.harness.cli.main import main
 from creditbench.harness.records.rundir import RunDir
@@ -149,6 +151,30 @@ def test_only_selects_runs_by_glob_in_the_order_of_the_patterns(capsys):
     assert out.count("] chain-steps=") == 1 and "] chain-steps=6-grpo-s4" in out
     assert main([*argv, "--threads", "0"]) == 2
     assert main(["bench", "--suite", "standard", "--only", "x", "--dry-run"]) == 2
+
+
+def test_seeds_replace_the_suites_and_a_second_set_adds_to_the_manifest(tmp_path, capsys):
+    """A confirmatory set runs the same suite on other seeds (``--seeds 10-19``); its manifest
+    in a folder that holds the first set lists both."""
+    assert parse_seeds("10-12") == [10, 11, 12]
+    assert parse_seeds("0,2,5-6,2") == [0, 2, 5, 6]
+    for bad in ("", "3-1", "a", "-2", "1,,2"):
+        with pytest.raises(SuiteError, match="--seeds"):
+            parse_seeds(bad)
+    argv = ["bench", "--suite", "quick", "--only", "*-grpo-*", "--dry-run"]
+    assert main([*argv, "--seeds", "10-12"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split("-")[-1] for line in out.splitlines()[1:]] == ["s10", "s11", "s12"]
+    assert main([*argv, "--seeds", "3-"]) == 2
+    assert "--seeds" in capsys.readouterr().err
+
+    path = suite_path("quick")
+    definition = load_suite(path)
+    write_manifest(tmp_path, path, expand_suite(definition, path))
+    write_manifest(tmp_path, path, expand_suite({**definition, "seeds": [10]}, path))
+    names = [r["name"] for r in json.loads((tmp_path / "suite-quick.json").read_text())["runs"]]
+    assert {n.rsplit("-", 1)[1] for n in names} == {"s0", "s10"}
+    assert len(names) == len(set(names)) == 2 * len(expand_suite(definition, path))
 
 
 @pytest.mark.slow

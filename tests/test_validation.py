@@ -189,7 +189,7 @@ def test_efficiency_on_trained_responses_and_the_csv():
     assert math.isnan(row.threshold) and math.isnan(row.reach_oracle)
     header, line = text.strip().splitlines()
     assert header.split(",") == list(CSV_COLUMNS)
-    assert line.startswith("steps=4 default,3,0.2000,")
+    assert line.startswith("steps=4 default,exploratory,3,0.2000,")
 
 
 def test_online_accuracy_gap_gain_and_the_suites_setting_name(monkeypatch, tmp_path):
@@ -223,7 +223,7 @@ def test_online_accuracy_gap_gain_and_the_suites_setting_name(monkeypatch, tmp_p
     report, csv = validation.validation_report(tmp_path, reps=300)
     assert "| chain-hard-steps=8 | 6 | 0.150 |" in report
     assert "**Online only:**" in report and "chain-hard-steps=8" in report.split("Online only")[1]
-    assert csv.splitlines()[1].startswith("chain-hard-steps=8,6,0.1500,")
+    assert csv.splitlines()[1].startswith("chain-hard-steps=8,exploratory,6,0.1500,")
 
 
 def test_a_claim_needs_the_t_interval_too_and_counts_the_seeds_ahead():
@@ -270,3 +270,30 @@ def test_the_length_line_claims_growth_only_where_the_intervals_are_apart(monkey
     report = validation_markdown(tmp_path, reps=500)
     assert "is larger at greater length, but within noise" in report
     assert "grows with length beyond noise" not in report
+
+
+def test_the_confirmatory_seeds_are_rows_of_their_own(monkeypatch, tmp_path):
+    """Seeds 10-19 of the frozen protocol form their own row beside seeds 0-9 of the same
+    setting, so the claim is read on the confirmatory set alone; the CSV names the set."""
+    from creditbench.leaderboard import validation
+
+    grpo = [0.30, 0.50, 0.40, 0.60, 0.35]
+    first = run_rows("steps=10", "default", "grpo", grpo, grpo)
+    first += run_rows("steps=10", "default", "oracle", [g + 0.05 for g in grpo], grpo)
+    later = run_rows("steps=10", "default", "grpo", grpo, grpo)
+    later += run_rows("steps=10", "default", "oracle", [g - 0.01 for g in grpo], grpo)
+    for row in later:
+        row["seed"] += 10
+        row["run"] = row["run"].replace(f"-s{row['seed'] - 10}", f"-s{row['seed']}")
+    table = pd.DataFrame(first + later)
+    rows = validation_table(table, reps=300)
+    assert list(rows["seed_set"]) == ["confirmatory", "exploratory"]
+    by_set = rows.set_index("seed_set")
+    assert by_set.loc["exploratory", "final_gap"] == pytest.approx(0.05)
+    assert by_set.loc["confirmatory", "final_gap"] == pytest.approx(-0.01)
+    assert by_set.loc["confirmatory", "seeds"] == 5
+    assert by_set.loc["confirmatory", "name"].endswith("(confirmatory)")
+    monkeypatch.setattr(validation, "collect_runs", lambda _: (table, []))
+    report, csv_text = validation.validation_report(tmp_path, reps=300)
+    assert csv_text.splitlines()[0].startswith("setting,seed_set,seeds,")
+    assert "(confirmatory)" in report

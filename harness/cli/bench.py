@@ -22,12 +22,14 @@ from creditbench.harness.cli.common import (
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from creditbench.harness.bench import SuiteError, run_suite
+    from creditbench.harness.bench import SuiteError, parse_seeds, run_suite
 
     quiet_transformers()
     try:
+        seeds = parse_seeds(args.seeds) if args.seeds is not None else None
         return run_suite(
             args.suite,
+            seeds=seeds,
             workers=args.workers,
             results=args.results,
             dry_run=args.dry_run,
@@ -119,6 +121,10 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--results", help="results folder (default: runs/bench-SUITE)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    p.add_argument(
+        "--seeds",
+        help="run these seeds instead of the suite's, e.g. 10-19 (a confirmatory set) or 0,2,5-7",
+    )
     p.add_argument(
         "--only",
         action="append",

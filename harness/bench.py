@@ -326,12 +326,20 @@ def run_suite(
     only: list[str] = (),
     threads: int | None = None,
     seeds: list[int] | None = None,
+    timings: list[str] = (),
 ) -> int:
     """Run every run of a suite (or those matching ``only``); print a summary, render the
     leaderboard. ``seeds`` replaces the suite's seeds (a confirmatory set on new seeds runs
-    the same suite)."""
+    the same suite). Pending runs start longest first, by the wall times measured in the
+    results folder and ``timings`` (:mod:`.bench_plan`); the dry run prints them."""
     from tqdm.auto import tqdm
 
+    from creditbench.harness.bench_plan import (
+        describe_plan,
+        estimate_seconds,
+        longest_first,
+        measured_seconds,
+    )
     from creditbench.harness.config import ConfigError
     from creditbench.harness.records.rundir import RunDir, check_creatable
     from creditbench.harness.training.trainer import Trainer
@@ -361,7 +369,16 @@ def run_suite(
         except ConfigError as err:
             raise SuiteError(f"{path}: run {run.name}: {err}") from None
     finished = {r.name for r in runs if RunDir(results_dir / r.name).is_finished()}
-    pending = [r for r in selected if r.name not in finished]
+    from creditbench.leaderboard.files import RunFormatError
+
+    for source in timings:
+        if not Path(source).exists():
+            raise SuiteError(f"--timings: {source} does not exist")
+    try:
+        estimates = estimate_seconds(runs, measured_seconds([results_dir, *timings]))
+    except RunFormatError as err:
+        raise SuiteError(f"--timings: {err}") from None
+    pending = longest_first([r for r in selected if r.name not in finished], estimates)
     chosen = f", {len(selected)} selected by --only" if only else ""
     print(
         f"suite {path.stem}: {len(runs)} runs{chosen}, {len(finished)} finished, "
@@ -374,7 +391,10 @@ def run_suite(
                 if run.name in finished
                 else ("resume" if (results_dir / run.name / "config.yaml").exists() else "new")
             )
-            print(f"  [{state:>6}] {run.name}")
+            expected = estimates.get(run.name)
+            shown = f"{expected / 60:6.1f} min" if expected is not None else "  not measured"
+            print(f"  [{state:>6}] {shown}  {run.name}")
+        print(describe_plan(pending, estimates, workers))
         return 0
     write_manifest(results_dir, path, runs)
     _prepare_base_policies([trainers[r.name] for r in pending])

@@ -159,8 +159,22 @@ def _environment(run: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict]]:
-    """(config, eval entries, step records) of a finished run; RunFormatError says why not."""
+def _run_seconds(summary: dict, records: list[dict]) -> dict[str, float]:
+    """The run's wall time (``summary.json``) and its evaluations' share of it (the eval
+    records' own times), where recorded: what ``bench --dry-run`` plans a campaign from."""
+    seconds = {}
+    wall = (summary.get("time") or {}).get("wall_seconds")
+    if _finite(wall):
+        seconds["wall_seconds"] = float(wall)
+    evals = [(r.get("time") or {}).get("eval") for r in records if isinstance(r.get("eval"), dict)]
+    if evals and all(_finite(t) for t in evals):
+        seconds["eval_seconds"] = float(sum(evals))
+    return seconds
+
+
+def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict], dict[str, float]]:
+    """(config, eval entries, step records, seconds) of a finished run; RunFormatError says why
+    not."""
     config = read_run_config(run / "config.yaml")
     try:
         summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
@@ -197,7 +211,7 @@ def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict]]:
     if not by_fraction:
         raise RunFormatError("finished but metrics.jsonl holds no evaluation")
     evals = [dict(by_fraction[f], fraction=f) for f in sorted(by_fraction)]
-    return config, evals, steps
+    return config, evals, steps, _run_seconds(summary, records)
 
 
 def trained_responses(steps: list[dict]):
@@ -214,7 +228,9 @@ def trained_responses(steps: list[dict]):
     return upto
 
 
-def _run_rows(rel: str, config: dict, evals: list[dict], steps: list[dict]) -> list[dict]:
+def _run_rows(
+    rel: str, config: dict, evals: list[dict], steps: list[dict], seconds: dict[str, float]
+) -> list[dict]:
     base = {
         "run": rel,
         "method": config["method"],
@@ -255,6 +271,7 @@ def _run_rows(rel: str, config: dict, evals: list[dict], steps: list[dict]) -> l
     )
     run_row["auc"] = run_row.get(f"auc_{metric}", math.nan)
     run_row["steps"] = max((r["step"] for r in steps if isinstance(r.get("step"), int)), default=0)
+    run_row.update(seconds)
     values: dict[str, list[float]] = {}
     for record in steps:
         for key, value in record.items():
@@ -304,7 +321,7 @@ def _read_folder(root: Path) -> tuple[dict[str, tuple], list[str]]:
     for path in paths:
         rel = path.relative_to(root).as_posix() or "."
         try:
-            config, evals, steps = _read_run(path)
+            config, evals, steps, seconds = _read_run(path)
         except RunFormatError as err:
             text = str(err).replace(f"{path}{os.sep}", "").replace(str(path), "")
             message = text.lstrip(": ") or "unreadable"
@@ -313,7 +330,8 @@ def _read_folder(root: Path) -> tuple[dict[str, tuple], list[str]]:
         except (OSError, ValueError, TypeError, KeyError) as err:
             warnings.append(f"{rel}: skipped: corrupt ({type(err).__name__}: {err})")
             continue
-        read[rel] = (config, _environment(path), _run_rows(rel, config, evals, steps))
+        rows = _run_rows(rel, config, evals, steps, seconds)
+        read[rel] = (config, _environment(path), rows)
     return read, warnings
 
 

@@ -12,6 +12,7 @@ FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 START, SLOPE = 0.3, {"grpo": 0.1, "dapo": 0.2, "oracle": 0.4}
 CREDIT_AUROC = {"grpo": 0.5, "dapo": 0.6, "oracle": 0.9}
 FILLER_DRIFT = {"grpo": -0.4, "dapo": -0.2, "oracle": 0.0}
+WALL_SECONDS = {"grpo": 100.0, "dapo": 120.0, "oracle": 150.0}  # each evaluation takes 2 s
 
 
 ENVIRONMENT = {"python": "3.11", "git_commit": "c0ffee" * 6 + "abcd", "git_dirty": False}
@@ -47,6 +48,7 @@ def make_run(
                 "sampled_accuracy": accuracy[0],
                 "greedy_accuracy": accuracy[0],
             },
+            "time": {"eval": 2.0},
         }
     )
     n_steps = len(FRACTIONS) - 1
@@ -76,6 +78,7 @@ def make_run(
                     "sampled_accuracy": accuracy[step],
                     "greedy_accuracy": accuracy[step],
                 },
+                "time": {"eval": 2.0},
             }
         )
     if summary:
@@ -86,6 +89,7 @@ def make_run(
                 "task": task,
                 "seed": seed,
                 "task_options": {"steps": steps},
+                "time": {"wall_seconds": WALL_SECONDS.get(method, 110.0)},
             }
         )
     return run

@@ -148,7 +148,7 @@ def test_only_selects_runs_by_glob_in_the_order_of_the_patterns(capsys):
     assert main([*argv, "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert f"{len(runs)} runs, 1 selected by --only" in out and "1 threads" in out
-    assert out.count("] chain-steps=") == 1 and "] chain-steps=6-grpo-s4" in out
+    assert out.count("  chain-steps=") == 1 and "measured  chain-steps=6-grpo-s4" in out
     assert main([*argv, "--threads", "0"]) == 2
     assert main(["bench", "--suite", "standard", "--only", "x", "--dry-run"]) == 2
 
@@ -164,7 +164,8 @@ def test_seeds_replace_the_suites_and_a_second_set_adds_to_the_manifest(tmp_path
     argv = ["bench", "--suite", "quick", "--only", "*-grpo-*", "--dry-run"]
     assert main([*argv, "--seeds", "10-12"]) == 0
     out = capsys.readouterr().out
-    assert [line.split("-")[-1] for line in out.splitlines()[1:]] == ["s10", "s11", "s12"]
+    listed = [line.split("-")[-1] for line in out.splitlines() if "  chain-" in line]
+    assert listed == ["s10", "s11", "s12"]
     assert main([*argv, "--seeds", "3-"]) == 2
     assert "--seeds" in capsys.readouterr().err
 

@@ -29,6 +29,10 @@ def test_a_runs_csv_gives_the_statistics_of_its_folders(published):
     runs = from_records[from_records["kind"] == "run"]
     assert len(runs) == 9 and runs["config_digest"].str.fullmatch(r"[0-9a-f]{12}").all()
     assert set(runs["commit"]) == {"c0ffee" * 6 + "abcd"}
+    # the wall time of each run and its evaluations' share, which plan a campaign
+    wall = dict(zip(runs["method"], runs["wall_seconds"], strict=True))
+    assert wall == {"grpo": 100.0, "dapo": 120.0, "oracle": 150.0}
+    assert set(runs["eval_seconds"]) == {10.0}  # 5 evaluations of 2 s
     a = summarize(from_folders, reps=200)
     b = summarize(from_records, reps=200)
     for name in ("methods", "curves"):

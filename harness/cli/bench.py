@@ -30,6 +30,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return run_suite(
             args.suite,
             seeds=seeds,
+            timings=args.timings,
             workers=args.workers,
             results=args.results,
             dry_run=args.dry_run,
@@ -121,6 +122,14 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--results", help="results folder (default: runs/bench-SUITE)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    p.add_argument(
+        "--timings",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help="finished runs (a folder or a runs.csv, repeatable) whose wall times plan the "
+        "suite, beside the results folder's own: the dry run's expected times, longest first",
+    )
     p.add_argument(
         "--seeds",
         help="run these seeds instead of the suite's, e.g. 10-19 (a confirmatory set) or 0,2,5-7",

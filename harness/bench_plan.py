@@ -1,0 +1,94 @@
+"""How long will a suite take? Each run's expected wall time, from runs already measured.
+
+A campaign of hundreds of runs is planned before it is launched (``creditbench bench
+--dry-run``) and run longest first, so the slowest runs do not start last and leave a core
+idle. The figures come from finished runs' records (``wall_seconds`` in the leaderboard's
+table): the results folder's own and any ``--timings`` sources (folders or committed
+``runs.csv``), read by :func:`creditbench.leaderboard.collect.collect_runs`.
+
+A run's estimate is, in order of preference:
+
+1. the median wall time of the measured runs of the same setting and method (its name without
+   the seed: ``chain-hard-...-grpo``);
+2. the method's median ratio to GRPO's time over the settings where both were measured, times
+   GRPO's median in this setting (a method that costs twice GRPO's step on one setting is
+   taken to cost twice on another, evaluation included, which makes it slightly high);
+3. none: the run is listed as not measured, and the total counts it apart.
+
+Estimates are wall seconds on the machine and under the load the records were made on.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+BASELINE = "grpo"  # the unit of the ratios: the method every setting measures first
+_SEED = re.compile(r"-s\d+$")
+
+
+def setting_method(run_name: str) -> str:
+    """A run's name without its seed: ``chain-hard-grpo-s3`` -> ``chain-hard-grpo``."""
+    return _SEED.sub("", run_name.rsplit("/", 1)[-1])
+
+
+def measured_seconds(sources: Iterable[str | Path]) -> dict[str, list[float]]:
+    """``{setting-method: [wall seconds of each finished run]}`` over ``sources``."""
+    from creditbench.leaderboard.collect import collect_runs
+
+    existing = [s for s in sources if Path(s).exists()]
+    if not existing:
+        return {}
+    table, _ = collect_runs(existing)
+    if table.empty or "wall_seconds" not in table:
+        return {}
+    runs = table[(table["kind"] == "run") & table["wall_seconds"].notna()]
+    out: dict[str, list[float]] = {}
+    for name, seconds in zip(runs["run"], runs["wall_seconds"], strict=True):
+        out.setdefault(setting_method(str(name)), []).append(float(seconds))
+    return out
+
+
+def estimate_seconds(runs: Sequence[Any], measured: dict[str, list[float]]) -> dict[str, float]:
+    """``{run name: expected wall seconds}`` for the runs that can be estimated (module doc);
+    ``runs`` carry ``name``, ``label`` and ``entry`` (:class:`creditbench.harness.bench.Run`)."""
+    median = {key: statistics.median(values) for key, values in measured.items()}
+    ratios: dict[str, list[float]] = {}
+    for label, entry in dict.fromkeys((run.label, run.entry) for run in runs):
+        own, base = f"{label}-{entry}", f"{label}-{BASELINE}"
+        if own in median and base in median and median[base] > 0:
+            ratios.setdefault(entry, []).append(median[own] / median[base])
+    ratio = {entry: statistics.median(values) for entry, values in ratios.items()}
+    out: dict[str, float] = {}
+    for run in runs:
+        own, base = f"{run.label}-{run.entry}", f"{run.label}-{BASELINE}"
+        if own in median:
+            out[run.name] = median[own]
+        elif base in median and run.entry in ratio:
+            out[run.name] = median[base] * ratio[run.entry]
+    return out
+
+
+def longest_first(runs: list[Any], estimates: dict[str, float]) -> list[Any]:
+    """Runs without an estimate first (their time is news), then by expected time, longest
+    first; ties keep the suite's order."""
+    return sorted(runs, key=lambda run: -estimates.get(run.name, math.inf))
+
+
+def describe_plan(pending: list[Any], estimates: dict[str, float], workers: int) -> str:
+    """One line: the pending runs' expected hours of one core and of the campaign on
+    ``workers`` workers, and how many runs have no measured time."""
+    known = [estimates[r.name] for r in pending if r.name in estimates]
+    unknown = len(pending) - len(known)
+    total = sum(known)
+    line = (
+        f"expected: {total / 3600:.1f} core-hours for {len(known)} measured runs, about "
+        f"{total / 3600 / max(workers, 1):.1f} hours on {workers} workers"
+    )
+    if unknown:
+        line += f"; {unknown} runs not measured (no finished run of their setting and method)"
+    return line

@@ -1,0 +1,76 @@
+"""Planning a suite from measured wall times: estimates, longest first, the dry run's figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from creditbench.harness.bench import Run
+from creditbench.harness.bench_plan import (
+    describe_plan,
+    estimate_seconds,
+    longest_first,
+    setting_method,
+)
+
+
+def runs(label, entries, seeds=(0, 1)):
+    return [
+        Run(name=f"{label}-{e}-s{s}", method=e, task="chain", seed=s, overrides=[], label=label)
+        for e in entries
+        for s in seeds
+    ]
+
+
+def test_a_run_is_estimated_from_its_own_setting_then_from_its_ratio_to_grpo():
+    hard, easy = "chain-hard-steps=10", "chain-easy-steps=8"
+    suite = runs(hard, ["grpo", "vineppo", "ibpo"]) + runs(easy, ["grpo", "vineppo", "ibpo"])
+    measured = {
+        f"{hard}-grpo": [400.0, 420.0, 440.0],  # median 420
+        f"{hard}-vineppo": [1260.0],  # 3x GRPO on the hard setting
+        f"{easy}-grpo": [300.0],
+    }
+    got = estimate_seconds(suite, measured)
+    assert got[f"{hard}-grpo-s1"] == 420.0 and got[f"{hard}-vineppo-s0"] == 1260.0
+    assert got[f"{easy}-vineppo-s0"] == pytest.approx(900.0)  # its ratio, on GRPO's easy time
+    assert f"{hard}-ibpo-s0" not in got and f"{easy}-ibpo-s0" not in got  # never measured
+    assert setting_method("results/chain-hard-steps=10-grpo-s12") == f"{hard}-grpo"
+
+
+def test_the_longest_runs_start_first_and_the_unmeasured_before_them():
+    suite = runs("a", ["grpo", "slow", "new"], seeds=(0,))
+    estimates = {"a-grpo-s0": 100.0, "a-slow-s0": 500.0}
+    order = [r.name for r in longest_first(suite, estimates)]
+    assert order == ["a-new-s0", "a-slow-s0", "a-grpo-s0"]
+    line = describe_plan(suite, estimates, workers=2)
+    assert "0.2 core-hours for 2 measured runs" in line and "about 0.1 hours on 2 workers" in line
+    assert "1 runs not measured" in line
+
+
+def test_the_dry_run_prints_each_runs_expected_minutes_from_a_timings_source(tmp_path, capsys):
+    """A committed runs.csv with wall times plans the runs of its settings and methods."""
+    from creditbench.harness.cli.main import main
+
+    results = tmp_path / "results"
+    argv = ["bench", "--suite", "quick", "--results", str(results), "--dry-run"]
+    assert main([*argv, "--only", "chain-grpo-s0", "--only", "chain-oracle-s0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("not measured") == 3 and "2 runs not measured" in out
+
+    timings = tmp_path / "runs.csv"
+    header = "run,kind,method,task,options,setting,seed,config,wall_seconds,budget_fraction,"
+    header += "sampled_accuracy\n"
+    lines = [
+        f'old/chain-{m}-s0,{kind},{m},chain,default,default,0,"{{""method"": ""{m}"", '
+        f'""seed"": 0}}",{seconds if kind == "run" else ""},{"" if kind == "run" else 1.0},0.5\n'
+        for m, seconds in (("grpo", 600), ("oracle", 900))
+        for kind in ("run", "eval")
+    ]
+    timings.write_text(header + "".join(lines))
+    assert main([*argv, "--timings", str(timings), "--only", "chain-grpo-s0"]) == 0
+    out = capsys.readouterr().out
+    assert "10.0 min  chain-grpo-s0" in out and "not measured" not in out
+    assert main([*argv, "--timings", str(tmp_path / "missing.csv")]) == 2
+    assert "--timings" in capsys.readouterr().err
+    timings.write_text("a,b\n1,2\n")
+    assert main([*argv, "--timings", str(timings)]) == 2
+    assert "--timings" in capsys.readouterr().err

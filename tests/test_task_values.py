@@ -17,10 +17,10 @@ from creditbench.harness.training.value_check import summarize
 TASK = ChainTask()
 
 
-def probes(ops, prefix_lines=(), start=21, response=None):
+def probes(ops, prefix_lines=(), start=21):
     problem = TASK.make_problem("p", start, ops)
     prefix = "".join(line + "\n" for line in prefix_lines)
-    return problem, TASK.value_probes(problem, prefix, response or prefix)
+    return problem, TASK.value_probes(problem, prefix)
 
 
 def scored(found, line):
@@ -50,11 +50,12 @@ def test_a_right_state_scores_every_remaining_line_and_both_forms_of_a_product()
     assert all(not free for free in found.free)  # no cancelling operation: every digit counts
 
 
-def test_the_continuation_keeps_the_responses_own_fillers_and_forms():
-    response = "then 21+5=26\nnow 26*(3+4)=78+4=82\nnext 82-4=77\nAnswer: 77"
-    _, found = probes([("+", 5), ("*", 7), ("-", 4)], ["then 21+5=26"], response=response)
-    assert found.texts[0] == "then 21+5=26\nnow 26*(3+4)=78+4=82\nnext 82-4=78\nAnswer: 78"
-    assert scored(found, 0) == ["26*(3+4)=78+4=82\n", "26*7=82\n"]
+def test_every_state_continues_in_the_first_filler_and_the_direct_form():
+    """The continuation does not depend on how the state was reached or what came after it
+    in a response: a state's own filler stays, every remaining line is written the one way."""
+    _, found = probes([("+", 5), ("*", 7), ("-", 4)], ["then 21+5=26"])
+    assert found.texts[0] == "then 21+5=26\nso 26*7=82\nso 82-4=78\nAnswer: 78"
+    assert scored(found, 0) == ["26*7=82\n", "26*(3+4)=78+4=82\n"]
     assert len(found.lines) == 3  # the state's own line is not a remaining line
 
 
@@ -92,7 +93,7 @@ def test_a_wrong_state_is_worth_nothing_unless_a_later_operation_cancels_it():
 def test_a_state_holds_whole_lines_only():
     problem = TASK.make_problem("p", 21, [("+", 5)])
     with pytest.raises(ValueError, match="^prefix:"):
-        TASK.value_probes(problem, "so 21+5=26\nAnswer: 26", "so 21+5=26\nAnswer: 26")
+        TASK.value_probes(problem, "so 21+5=26\nAnswer: 26")
 
 
 # --- scored by the policy ---------------------------------------------------------------------
@@ -153,40 +154,23 @@ def test_every_state_of_a_sampled_batch_gets_a_probability(services):
     assert ((values[valid] >= 0) & (values[valid] <= 1)).all()
 
 
-def test_the_state_only_variant_values_a_state_alike_whichever_response_reached_it(services):
-    """Two responses share their first line and differ in the second line's filler. The
-    estimator's own continuation reads that filler, so the shared state's value depends on the
-    response (the action-dependence ``creditbench values`` measures); the state-only variant
-    gives the state one value."""
-    from creditbench.harness.services.task_values import task_state_values
-
+def test_a_state_has_one_value_whichever_response_reached_it(services):
+    """Two responses share their first line and differ in the second line's filler: the
+    shared state's value is the same in both (the continuation does not read the response's
+    later lines, the action the state's credit judges)."""
     index, problem = 0, services.train_problems[0]
     solution = services.task.reference_solution(problem)
     first, rest = solution.split("\n", 1)
     filler = parse_step(rest.split("\n", 1)[0]).filler.strip()
     other = next(f for f in TASK.config.fillers if f != filler)
     responses = [solution, first + "\n" + rest.replace(filler, other, 1)]
-
-    def value_after_first_line(response, own):
-        batch = services.batch_from_responses([index], [response])
-        values, _ = task_state_values(
-            batch,
-            task=services.task,
-            text=services.text,
-            scoring=services.scoring,
-            tokenizer=services.tokenizer,
-            own_continuation=own,
-        )
-        return float(values[0, 1])  # s_1: the prompt and the first line
-
-    own = [value_after_first_line(r, own=True) for r in responses]
-    state = [value_after_first_line(r, own=False) for r in responses]
+    values = [  # s_1: the prompt and the first line, each response in a batch of its own
+        float(services.task_values(services.batch_from_responses([index], [r]))[0, 1])
+        for r in responses
+    ]
     # (the untrained policy's values are tiny: compared relatively; rows of other lengths are
     # padded differently, which moves the last digits)
-    assert state[0] == pytest.approx(state[1], rel=1e-4)
-    assert abs(own[0] - own[1]) > 0.01 * max(own)
-    canonical = own[0] if filler == TASK.config.fillers[0] else own[1]
-    assert canonical == pytest.approx(state[0], rel=1e-4)
+    assert values[0] == pytest.approx(values[1], rel=1e-4)
 
 
 # --- the check against Monte Carlo ------------------------------------------------------------
@@ -222,7 +206,7 @@ def test_the_quantiles_tell_a_tail_of_noise_from_a_tail_of_error():
         out = []
         for p, a in zip(truth, analytic, strict=True):
             mc = sum(rng.random() < p for _ in range(samples)) / samples
-            row = {"analytic": a, "analytic_state": a, "credit": 0.2, "mc": mc}
+            row = {"analytic": a, "analytic_own": a, "credit": 0.2, "mc": mc}
             out.append(row | {"samples": samples})
         return out
 
@@ -288,3 +272,23 @@ def test_the_command_writes_one_row_per_compared_state(tmp_path, capsys):
     for row in rows:
         assert 0.0 <= float(row["analytic"]) <= 1.0 and float(row["mc"]) in (0.0, 0.5, 1.0)
     assert f"{len(rows)} states of 1 batches" in capsys.readouterr().out
+
+
+def test_earlier_records_are_read_with_the_state_only_values_as_analytic(tmp_path):
+    """A record of commit ce27b57 holds both estimates: the state-only one (now the
+    estimator's) becomes ``analytic``, the earlier one ``analytic_own``, and the summary
+    measures how far they differ."""
+    from creditbench.harness.training.value_check import read_records
+
+    path = tmp_path / "old.csv"
+    path.write_text(
+        "batch,problem,state,right_so_far,analytic,analytic_state,credit,mc,samples\n"
+        "0,3,1,1,0.50,0.40,0.1,0.375,64\n"
+        "0,4,2,0,0.20,0.20,-0.2,0.25,64\n"
+    )
+    records = read_records(path)
+    assert [(r["analytic"], r["analytic_own"]) for r in records] == [(0.4, 0.5), (0.2, 0.2)]
+    figures = summarize(records)
+    assert figures["action_max"] == pytest.approx(0.1)
+    assert figures["credit_mean"] == pytest.approx(0.15)
+    assert figures["mae"] == pytest.approx((0.025 + 0.05) / 2)

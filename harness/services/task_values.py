@@ -89,28 +89,21 @@ def task_state_values(
     text: TaskText,
     scoring: ScoringPasses,
     tokenizer: Any,
-    own_continuation: bool = True,
 ) -> tuple[Tensor, dict[str, float]]:
     """``([B, S] V(s_k), statistics)``: the task's value of every state of every row, NaN past
-    a row's states; see ``Services.task_values``.
-
-    ``own_continuation``: the probes continue a state the way the response that reached it
-    went on (its later lines' fillers and forms, where they apply the right operation: what
-    the estimator uses); False continues every state the same way whichever response reached
-    it, so V is a function of the state alone (``creditbench values`` measures the difference).
-    """
+    a row's states (a function of the state alone: its problem and prefix); see
+    ``Services.task_values``."""
     if not hasattr(task, "value_probes"):
         raise ValueError(f"task {task.name!r} has no value of its own (value_probes)")
     prefixes, valid = state_prefixes(batch)
-    problems, responses = text.problems(batch), text.decode(batch)
+    problems = text.problems(batch)
     index = batch.extra(PROBLEM_INDEX).tolist()
     probes: dict[tuple[int, str], Any] = {}
     where: list[tuple[int, int, tuple[int, str]]] = []  # (row, k, state)
     for row, k, tokens in prefixes:
         state = (int(index[row]), tokenizer.decode(list(tokens), skip_special_tokens=True))
         if state not in probes:
-            continuation = responses[row] if own_continuation else state[1]
-            probes[state] = task.value_probes(problems[row], state[1], continuation)
+            probes[state] = task.value_probes(problems[row], state[1])
         where.append((row, k, state))
     distinct: dict[tuple[int, str], int] = {}
     prompt_of: dict[int, str] = {int(index[row]): problems[row].prompt for row, _, _ in where}

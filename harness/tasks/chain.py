@@ -284,12 +284,12 @@ class ChainTask:
         start, ops = self._key(problem)
         return repair_solution(start, list(ops), response, self.config)
 
-    def value_probes(self, problem: Problem, prefix: str, response: str) -> ValueProbes | None:
-        """What the policy scores for the value of the state ``prefix`` of ``response``
-        (:mod:`chain_values`); None where the state's value is 0."""
+    def value_probes(self, problem: Problem, prefix: str) -> ValueProbes | None:
+        """What the policy scores for the value of the state ``prefix`` (a response's first
+        whole lines) of ``problem`` (:mod:`chain_values`); None where the state's value is 0."""
         start, ops = self._key(problem)
         fillers = tuple(self.config.fillers)
-        return value_probes(start, list(ops), problem.answer, prefix, response, fillers)
+        return value_probes(start, list(ops), problem.answer, prefix, fillers)
 
     # ---------------------------------------------------------------- prompt variants
 

@@ -10,7 +10,9 @@ except for what the task's cancelling operations wipe out:
   ``+``, ``-`` and ``*`` mod 100 carry units digits to units digits.
 
 Taking each line's chance of being right as independent of how the lines before it were
-written (their fillers and forms),
+written (their fillers and forms), and continuing every state the same way (the first filler,
+the direct form) whichever response reached it, so that V is a function of the state alone
+and never of the action its credit judges,
 
     V(s) = prod_j  sum_{r right for line j}  P_pi(r | s, the lines before j written right)
 
@@ -97,13 +99,15 @@ def _body(
 
 
 def value_probes(
-    start: int, ops: list[Op], answer: str, prefix: str, response: str, fillers: tuple[str, ...]
+    start: int, ops: list[Op], answer: str, prefix: str, fillers: tuple[str, ...]
 ) -> ValueProbes | None:
     """The probes of the state ``prefix`` (a response's first whole lines, each with its
     newline) of a problem, or None where its value is 0.
 
-    The continuation keeps the filler and the form of ``response``'s own lines where they apply
-    the right operation (as the task's repair does), else the first filler and the direct form.
+    The continuation is the same for every response that reached the state: the first filler
+    and the direct form on every remaining line (both forms of each multiplication are scored).
+    A continuation in the response's own later fillers and forms would make V(s_k) read the
+    action at step k, the one its credit judges (measured: ``docs/methods/oracle.md``).
     """
     lay = layout(prefix)
     if lay.answer is not None:
@@ -117,7 +121,6 @@ def value_probes(
     values = running_values(carried, ops[expected:])
     if str(values[-1]) != answer:
         return None
-    own = [parse_step(response[s:e]) for s, e in layout(response).steps]
 
     text, free = prefix, set()
     texts: list[str] = []  # the alternatives' texts; the main continuation is prepended
@@ -125,10 +128,7 @@ def value_probes(
     lines: list[tuple[Rendering, ...]] = []
     for offset, op in enumerate(ops[expected:]):
         i = expected + offset
-        line = own[len(parsed) + offset] if len(parsed) + offset < len(own) else None
-        mine = line is not None and line.op == op
-        filler = line.filler if mine and line.filler else fillers[0] + " "
-        split = mine and line.parts is not None and splittable(op)
+        filler, split = fillers[0] + " ", False
         carried, result = values[offset], values[offset + 1]
         later = ops[i + 1 :]
         if TIMES_ZERO in later:  # wiped out: written, not scored

@@ -18,7 +18,6 @@ the task's values once the Monte-Carlo variance is taken out:
 - ``rmse_corrected``: sqrt(max(0, mean (analytic - mc)^2 - mean m(1 - m)/(M - 1))), the root
   mean squared error of the analytic value against the true one (the estimator's noise has
   that variance, unbiasedly);
-
 - ``abs_p50``, ``abs_p90``, ``abs_p99``, ``abs_max``: quantiles of |analytic - mc| over states,
   beside ``noise_p50`` ... ``noise_max``, the same quantiles had the analytic values been exact
   (Monte Carlo drawn from them, the median over 200 draws), so a tail that noise alone makes
@@ -27,14 +26,13 @@ the task's values once the Monte-Carlo variance is taken out:
 over all states and separately for the states whose steps are all right so far and the states
 after a wrong step.
 
-**Does a state's value depend on the action it judges?** The estimator continues a state the
-way the response that reached it went on (its later lines' fillers and split or direct forms),
-so V(s_k) can read the form of step k itself, the action that credit A_k = V(s_{k+1}) - V(s_k)
-judges. Each state is also valued with one continuation for every response
-(``analytic_state``: the first filler and the direct form, a function of the state alone), and
-the summary sets the difference against the credit it would shift: ``action_p50`` ...
-``action_max`` of |analytic - analytic_state| and ``credit_mean``, the mean |A_k| of the steps
-the compared states begin.
+Beside each state, ``credit``: the exact credit A_k = V(s_{k+1}) - V(s_k) of the step the
+state begins (``credit_mean``, its mean |A_k|), the scale the values' error is read against.
+Records made before the estimator valued a state alone (commit ce27b57: its own continuation
+in ``analytic``, the state-only one in ``analytic_state``) are read by :func:`read_records`
+with ``analytic`` the state-only values and ``analytic_own`` the earlier ones; the summary
+then also gives ``action_p50`` ... ``action_max``, the quantiles of |analytic - analytic_own|:
+how far the earlier values moved with the action they judged.
 
 ``--checkpoint DIR`` values the states of the policy saved in a run's checkpoint (its
 ``model.safetensors``), so the values are checked where the results live, not only at the start.
@@ -51,15 +49,11 @@ from typing import Any
 
 import torch
 
-from creditbench.harness.services.task_values import task_state_values
 from creditbench.methods.contract import FIRST_WRONG_MASK, PROBLEM_INDEX
 from creditbench.methods.values import mc_state_values, state_prefixes, state_starts, step_credit
 
 CONTINUATIONS_PER_CALL = 4096
-FIELDS = (
-    "batch", "problem", "state", "right_so_far",
-    "analytic", "analytic_state", "credit", "mc", "samples",
-)  # fmt: skip
+FIELDS = ("batch", "problem", "state", "right_so_far", "analytic", "credit", "mc", "samples")
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
 NOISE_DRAWS = 200
 
@@ -72,14 +66,6 @@ def compare_values(trainer: Any, batches: int, states: int, samples: int) -> lis
         services.begin_step(b, defer_behaviour=False, reference_method=True)
         batch = services.sample_batch()
         analytic = services.task_values(batch)
-        state_only, _ = task_state_values(
-            batch,
-            task=services.task,
-            text=services.text,
-            scoring=services.scoring,
-            tokenizer=services.tokenizer,
-            own_continuation=False,
-        )
         starts, valid = state_starts(batch.step_ids)
         credit = step_credit(analytic, valid, batch.rewards)
         index = batch.extra(PROBLEM_INDEX).tolist()
@@ -108,13 +94,23 @@ def compare_values(trainer: Any, batches: int, states: int, samples: int) -> lis
                     # none of the state's own tokens lies on the first wrong step
                     "right_so_far": int(not first_wrong[row, : int(starts[row, k])].any()),
                     "analytic": float(analytic[row, k]),
-                    "analytic_state": float(state_only[row, k]),
                     "credit": float(credit[row, k]),  # of the step that state k begins
                     "mc": float(mc[row, k]),
                     "samples": samples,
                 }
             )
     return records
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """The records of a ``creditbench values --out`` CSV, numbers as numbers; an earlier
+    record's two estimates (module doc) as ``analytic`` (state-only) and ``analytic_own``."""
+    with Path(path).open(newline="", encoding="utf-8") as handle:
+        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+    for row in rows:
+        if "analytic_state" in row:
+            row["analytic_own"], row["analytic"] = row["analytic"], row.pop("analytic_state")
+    return rows
 
 
 def _quantiles(values: torch.Tensor, prefix: str) -> dict[str, float]:
@@ -156,10 +152,11 @@ def summarize(records: list[dict]) -> dict[str, float]:
     }
     figures |= _quantiles(torch.tensor([abs(d) for d in diffs], dtype=torch.float64), "abs")
     figures |= noise_quantiles(records)
-    if all("analytic_state" in r for r in records):
-        action = [abs(r["analytic"] - r["analytic_state"]) for r in records]
-        figures |= _quantiles(torch.tensor(action, dtype=torch.float64), "action")
+    if all("credit" in r for r in records):
         figures["credit_mean"] = statistics.mean(abs(r["credit"]) for r in records)
+    if all("analytic_own" in r for r in records):
+        action = [abs(r["analytic"] - r["analytic_own"]) for r in records]
+        figures |= _quantiles(torch.tensor(action, dtype=torch.float64), "action")
     return figures
 
 
@@ -238,9 +235,5 @@ def run_value_check(
             + " ".join(f"{s['abs_' + q]:.3f} ({s['noise_' + q]:.3f})" for q in QUANTILES)
         )
     s = summarize(records)
-    print(
-        "  action-dependence, |analytic - analytic_state| p50 p90 p99 max: "
-        + " ".join(f"{s['action_' + q]:.4f}" for q in QUANTILES)
-        + f"; mean |credit| of the steps these states begin: {s['credit_mean']:.4f}"
-    )
+    print(f"  mean |credit| of the steps these states begin: {s['credit_mean']:.4f}")
     return 0

@@ -10,17 +10,20 @@ import pytest
 import torch
 
 from creditbench.harness.cli.main import main
-from creditbench.harness.tasks.chain import ChainTask
+from creditbench.harness.tasks.chain import ChainConfig, ChainTask
 from creditbench.harness.tasks.chain_steps import parse_step
 from creditbench.harness.training.value_check import summarize
 
 TASK = ChainTask()
+# One filler and no split form: the continuation of a state is then spelled out in the tests
+# below; the default task's continuation (fillers and forms drawn per problem) has its own.
+PLAIN = ChainTask(ChainConfig(fillers=("so",), split_rate=0.0))
 
 
-def probes(ops, prefix_lines=(), start=21):
-    problem = TASK.make_problem("p", start, ops)
+def probes(ops, prefix_lines=(), start=21, task=PLAIN):
+    problem = task.make_problem("p", start, ops)
     prefix = "".join(line + "\n" for line in prefix_lines)
-    return problem, TASK.value_probes(problem, prefix)
+    return problem, task.value_probes(problem, prefix)
 
 
 def scored(found, line):
@@ -50,13 +53,29 @@ def test_a_right_state_scores_every_remaining_line_and_both_forms_of_a_product()
     assert all(not free for free in found.free)  # no cancelling operation: every digit counts
 
 
-def test_every_state_continues_in_the_first_filler_and_the_direct_form():
-    """The continuation does not depend on how the state was reached or what came after it
-    in a response: a state's own filler stays, every remaining line is written the one way."""
-    _, found = probes([("+", 5), ("*", 7), ("-", 4)], ["then 21+5=26"])
-    assert found.texts[0] == "then 21+5=26\nso 26*7=82\nso 82-4=78\nAnswer: 78"
-    assert scored(found, 0) == ["26*7=82\n", "26*(3+4)=78+4=82\n"]
-    assert len(found.lines) == 3  # the state's own line is not a remaining line
+def test_a_problems_states_continue_as_one_typical_trace_whatever_reached_them():
+    """The continuation is drawn per problem as the SFT traces are drawn (a filler of the
+    task's, the split form at its split rate), never read off the response: every state of a
+    problem, however reached, continues in the same lines, and over many problems the fillers
+    and forms have the traces' frequencies (an all-"so" continuation is a text the policy
+    never saw, and it scored the later lines of the easy base up to ten times too low)."""
+    ops = [("+", 5), ("*", 7), ("-", 4), ("*", 6)]
+    _, after_then = probes(ops, ["then 21+5=26"], task=TASK)
+    _, after_now = probes(ops, ["now 21+5=26"], task=TASK)
+    _, start = probes(ops, task=TASK)
+    tails = [found.texts[0].split("\n", 1)[1] for found in (after_then, after_now, start)]
+    assert tails[0] == tails[1] == tails[2]
+    assert len(after_then.lines) == 4  # the state's own line is not a remaining line
+
+    fillers, splits = [], []
+    for n in range(200):
+        _, found = probes([("+", n % 50), ("*", 7), ("*", 6)], start=n, task=TASK)
+        lines = found.texts[0].split("\n")[:3]
+        fillers += [line.split(" ", 1)[0] for line in lines]
+        splits += ["(" in line for line in lines[1:]]
+    for filler in TASK.config.fillers:  # 600 lines, a quarter each: within 0.08 of 0.25
+        assert abs(fillers.count(filler) / len(fillers) - 0.25) < 0.08
+    assert abs(sum(splits) / len(splits) - TASK.config.split_rate) < 0.08
 
 
 def test_a_later_last_digit_frees_the_tens_digits_before_it():
@@ -91,45 +110,55 @@ def test_a_wrong_state_is_worth_nothing_unless_a_later_operation_cancels_it():
 
 
 def test_a_state_holds_whole_lines_only():
-    problem = TASK.make_problem("p", 21, [("+", 5)])
+    problem = PLAIN.make_problem("p", 21, [("+", 5)])
     with pytest.raises(ValueError, match="^prefix:"):
-        TASK.value_probes(problem, "so 21+5=26\nAnswer: 26")
+        PLAIN.value_probes(problem, "so 21+5=26\nAnswer: 26")
 
 
 # --- scored by the policy ---------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def services(tmp_path_factory):
+def _services(tmp, *options):
     from creditbench.harness.config import load_config
     from creditbench.harness.models.bootstrap import task_alphabet
     from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
     from creditbench.harness.tasks import get_task
     from creditbench.harness.training.trainer import Trainer
 
-    tmp = tmp_path_factory.mktemp("values")
     tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
     policy = save_policy(build_model("nano", tokenizer, seed=0), tokenizer, tmp / "nano")
-    config = load_config(None, ["task=chain", "task_options.steps=2", f"model.path={policy}"])
-    trainer = Trainer(config, str(tmp / "run"))
+    settings = ["task=chain", "task_options.steps=2", f"model.path={policy}", *options]
+    trainer = Trainer(load_config(None, settings), str(tmp / "run"))
     trainer.build()
     trainer.services.begin_step(0, reference_method=True)
     return trainer.services
 
 
-def test_a_state_is_worth_the_policys_probability_of_its_right_lines(services):
+@pytest.fixture(scope="module")
+def services(tmp_path_factory):
+    return _services(tmp_path_factory.mktemp("values"))
+
+
+@pytest.fixture(scope="module")
+def plain_services(tmp_path_factory):
+    """One filler, no split form: a state's continuation is the reference solution's lines."""
+    options = ['task_options.fillers=["so"]', "task_options.split_rate=0.0"]
+    return _services(tmp_path_factory.mktemp("plain"), *options)
+
+
+def test_a_state_is_worth_the_policys_probability_of_its_right_lines(plain_services):
     """On a problem of additions and subtractions alone, V(s_k) is the product of the policy's
     probabilities of the remaining lines after their fillers, and of the answer and the end of
     sequence, read off one teacher-forced score of the right solution."""
     index, problem = next(
         (i, p)
-        for i, p in enumerate(services.train_problems)
+        for i, p in enumerate(plain_services.train_problems)
         if all(op[0] in "+-" for op in p.metadata["ops"])
     )
-    solution = services.task.reference_solution(problem)
-    batch = services.batch_from_responses([index], [solution])
-    values = services.task_values(batch)
-    logprobs = services.score(batch)[0]  # one token per character, then the end of sequence
+    solution = plain_services.task.reference_solution(problem)
+    batch = plain_services.batch_from_responses([index], [solution])
+    values = plain_services.task_values(batch)
+    logprobs = plain_services.score(batch)[0]  # one token per character, then the end of sequence
     lines = solution.split("\n")
     spans, at = [], 0
     for line in lines[:-1]:
@@ -141,7 +170,7 @@ def test_a_state_is_worth_the_policys_probability_of_its_right_lines(services):
         math.exp(sum(float(logprobs[s:e].sum()) for s, e in spans[k:])) for k in range(len(spans))
     ]
     torch.testing.assert_close(values[0, : len(spans)], torch.tensor(expected), rtol=1e-4, atol=0)
-    assert services.stats["value_texts"] == 1.0  # every state continues the same text
+    assert plain_services.stats["value_texts"] == 1.0  # every state continues the same text
 
 
 def test_every_state_of_a_sampled_batch_gets_a_probability(services):

@@ -289,7 +289,9 @@ class ChainTask:
         whole lines) of ``problem`` (:mod:`chain_values`); None where the state's value is 0."""
         start, ops = self._key(problem)
         fillers = tuple(self.config.fillers)
-        return value_probes(start, list(ops), problem.answer, prefix, fillers)
+        return value_probes(
+            start, list(ops), problem.answer, prefix, fillers, self.config.split_rate
+        )
 
     # ---------------------------------------------------------------- prompt variants
 

@@ -32,6 +32,7 @@ the harness scores them (:mod:`creditbench.harness.services.task_values`).
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from creditbench.harness.tasks.chain_steps import (
@@ -99,7 +100,12 @@ def _body(
 
 
 def value_probes(
-    start: int, ops: list[Op], answer: str, prefix: str, fillers: tuple[str, ...]
+    start: int,
+    ops: list[Op],
+    answer: str,
+    prefix: str,
+    fillers: tuple[str, ...],
+    split_rate: float,
 ) -> ValueProbes | None:
     """The probes of the state ``prefix`` (a response's first whole lines, each with its
     newline) of a problem, or None where its value is 0.
@@ -128,7 +134,9 @@ def value_probes(
     lines: list[tuple[Rendering, ...]] = []
     for offset, op in enumerate(ops[expected:]):
         i = expected + offset
-        filler, split = fillers[0] + " ", False
+        typical = random.Random(f"{start} {ops} {i}")  # the same for every state of the problem
+        filler = typical.choice(fillers) + " "
+        split = splittable(op) and typical.random() < split_rate
         carried, result = values[offset], values[offset + 1]
         later = ops[i + 1 :]
         if TIMES_ZERO in later:  # wiped out: written, not scored

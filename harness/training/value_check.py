@@ -28,11 +28,11 @@ after a wrong step.
 
 Beside each state, ``credit``: the exact credit A_k = V(s_{k+1}) - V(s_k) of the step the
 state begins (``credit_mean``, its mean |A_k|), the scale the values' error is read against.
-Records made before the estimator valued a state alone (commit ce27b57: its own continuation
-in ``analytic``, the state-only one in ``analytic_state``) are read by :func:`read_records`
-with ``analytic`` the state-only values and ``analytic_own`` the earlier ones; the summary
-then also gives ``action_p50`` ... ``action_max``, the quantiles of |analytic - analytic_own|:
-how far the earlier values moved with the action they judged.
+The estimator's continuation changed at commit bf1dca0: before it (commit ce27b57 and
+earlier) a state was continued in the response's own later fillers and forms, so V(s_k) read
+the action at step k. Records of both, made on the same batches and states, are joined by
+:func:`with_earlier` (``analytic_own``: the earlier values), and the summary then gives
+``action_p50`` ... ``action_max``, the quantiles of |analytic - analytic_own|.
 
 ``--checkpoint DIR`` values the states of the policy saved in a run's checkpoint (its
 ``model.safetensors``), so the values are checked where the results live, not only at the start.
@@ -103,14 +103,17 @@ def compare_values(trainer: Any, batches: int, states: int, samples: int) -> lis
 
 
 def read_records(path: str | Path) -> list[dict]:
-    """The records of a ``creditbench values --out`` CSV, numbers as numbers; an earlier
-    record's two estimates (module doc) as ``analytic`` (state-only) and ``analytic_own``."""
+    """The records of a ``creditbench values --out`` CSV, numbers as numbers."""
     with Path(path).open(newline="", encoding="utf-8") as handle:
-        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
-    for row in rows:
-        if "analytic_state" in row:
-            row["analytic_own"], row["analytic"] = row["analytic"], row.pop("analytic_state")
-    return rows
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def with_earlier(records: list[dict], earlier: list[dict]) -> list[dict]:
+    """``records`` with ``analytic_own``: the ``analytic`` value of the same state (batch,
+    problem, state) in ``earlier`` records; states the earlier records lack are left out."""
+    key = lambda r: (r["batch"], r["problem"], r["state"])  # noqa: E731
+    before = {key(r): r["analytic"] for r in earlier}
+    return [r | {"analytic_own": before[key(r)]} for r in records if key(r) in before]
 
 
 def _quantiles(values: torch.Tensor, prefix: str) -> dict[str, float]:

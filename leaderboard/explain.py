@@ -80,17 +80,20 @@ def credit_html(responses: list[dict[str, Any]], columns: list[str], title: str)
         wrong = set(response["first_wrong"])
         for column in columns:
             values = response["advantages"].get(column)
-            out.append(f'<div class="panel"><h4>{esc(column)}</h4>')
+            head = f'<div class="panel"><h4>{esc(column)}</h4>'
             if values is None:
-                out.append("(not in this column's batch)</div>")
+                out.append(head + "(not in this column's batch)</div>")
                 continue
             scale = _scale(values)
+            spans = []
             for i, (piece, value) in enumerate(zip(response["tokens"], values, strict=True)):
                 cls = ' class="wrong"' if i in wrong else ""
                 style = f' style="background:{_css(value, scale)}"' if value != 0 else ""
                 title_attr = f' title="{value:+.4g}"'
-                out.append(f"<span{cls}{style}{title_attr}>{esc(piece)}</span>")
-            out.append("</div>")
+                spans.append(f"<span{cls}{style}{title_attr}>{esc(piece)}</span>")
+            # one run of spans: the panel keeps white space, so a newline between two spans
+            # would be drawn as a line break after every token
+            out.append(head + "".join(spans) + "</div>")
         out.append("</div>")
     out.append("</body></html>\n")
     return "\n".join(out)

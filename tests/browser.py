@@ -3,7 +3,8 @@
 :func:`check_pages` serves a folder on localhost, opens each page, waits for it (and MathJax)
 to settle, takes a full-page screenshot and reports what a reader would see broken: a table
 wider than its container (a horizontal scrollbar), an image that did not load, equations left
-as raw TeX, and any request that left localhost.
+as raw TeX, text that keeps its white space drawn a character or two a line, and any request
+that left localhost.
 """
 
 from __future__ import annotations
@@ -50,7 +51,19 @@ MEASURE = """() => {
     .map(img => img.getAttribute('src').slice(0, 80));
   const tex = document.querySelectorAll('.arithmatex').length;
   const typeset = document.querySelectorAll('.arithmatex mjx-container').length;
-  return {wide, broken, tex, typeset};
+  // Text whose white space is kept, broken into a line every character or two: pieces
+  // joined with newlines inside a pre-wrap block read as a column of letters.
+  const scattered = [];
+  for (const el of document.querySelectorAll('div, pre, p, td, code')) {
+    if (!getComputedStyle(el).whiteSpace.startsWith('pre')) continue;
+    const lines = el.innerText.split('\\n').filter(line => line.trim());
+    const chars = lines.join('').replace(/\\s/g, '').length;
+    if (chars >= 20 && lines.length > chars / 2) {
+      const start = lines.slice(0, 6).join('|');
+      scattered.push(`${lines.length} lines of ${chars} characters: ${start}`);
+    }
+  }
+  return {wide, broken, tex, typeset, scattered};
 }"""
 
 
@@ -111,6 +124,7 @@ def check_pages(folder: Path, pages: list[str], shots: Path, *, allowed_hosts=()
             page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
             problems += [f"{rel}: table overflows, {w}" for w in found["wide"]]
             problems += [f"{rel}: image did not load: {src}" for src in found["broken"]]
+            problems += [f"{rel}: text drawn a piece a line, {t}" for t in found["scattered"]]
             if found["typeset"] < found["tex"]:
                 problems.append(f"{rel}: {found['tex'] - found['typeset']} equations not typeset")
         browser.close()

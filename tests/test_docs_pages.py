@@ -48,9 +48,31 @@ def test_the_page_check_catches_an_overflowing_table_a_broken_image_and_raw_tex(
     (tmp_path / "bad.html").write_text(
         "<!DOCTYPE html><html><body style='width:600px'>"
         f"<table><tr><td>{'x' * 400}</td></tr></table>"
-        "<img src='missing.png'><span class='arithmatex'>\\(x^2\\)</span></body></html>"
+        "<img src='missing.png'><span class='arithmatex'>\\(x^2\\)</span>"
+        "<div style='white-space: pre-wrap'>"
+        + "\n".join(f"<span>{c}</span>" for c in "so 21+5=26 then 26*2=52")
+        + "</div></body></html>"
     )
     problems = check_pages(tmp_path, ["bad.html"], tmp_path / "shots")
     assert any("table overflows" in p for p in problems)
     assert any("image did not load: missing.png" in p for p in problems)
     assert any("1 equations not typeset" in p for p in problems)
+    assert any("text drawn a piece a line" in p for p in problems)
+
+
+@pytest.mark.skipif(chromium() is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_the_credit_picture_reads_as_text_in_a_browser(tmp_path):
+    """``credit.html``'s panels hold a response's tokens as spans; drawn, they read as the
+    response's lines, not a column of letters."""
+    from creditbench.leaderboard.explain import credit_html
+
+    tokens = list("so 21+5=26\nthen 26*2=52\nAnswer: 52")  # the testbed's tokens: characters
+    response = {
+        "prompt": "start 21; +5; *2",
+        "reward": 1.0,
+        "first_wrong": [],
+        "tokens": tokens,
+        "advantages": {"grpo": [0.5] * len(tokens), "oracle": [0.01 * i for i in range(34)]},
+    }
+    (tmp_path / "credit.html").write_text(credit_html([response], ["grpo", "oracle"], "t"))
+    assert check_pages(tmp_path, ["credit.html"], tmp_path / "shots") == []

@@ -304,17 +304,19 @@ def test_the_command_writes_one_row_per_compared_state(tmp_path, capsys):
 
 
 def test_earlier_records_join_their_states_values_and_the_summary_measures_the_move(tmp_path):
-    """The same states valued before the estimator's continuation changed are joined on
-    (batch, problem, state); the summary gives how far the values moved."""
+    """The same states valued before the estimator's continuation changed are joined in
+    order, each checked to be the same state; the summary gives how far the values moved."""
     from creditbench.harness.training.value_check import read_records, with_earlier
 
     header = "batch,problem,state,right_so_far,analytic,credit,mc,samples\n"
-    now, before = tmp_path / "now.csv", tmp_path / "before.csv"
-    now.write_text(header + "0,3,1,1,0.40,0.1,0.375,64\n0,4,2,0,0.20,-0.2,0.25,64\n")
-    before.write_text(header + "0,3,1,1,0.50,0.1,0.375,64\n1,4,2,0,0.90,0.0,0.25,64\n")
+    now, before, other = tmp_path / "now.csv", tmp_path / "before.csv", tmp_path / "other.csv"
+    now.write_text(header + "0,3,1,1,0.40,0.1,0.375,64\n0,3,1,0,0.20,-0.2,0.25,64\n")
+    before.write_text(header + "0,3,1,1,0.50,0.1,0.375,64\n0,3,1,0,0.20,0.0,0.25,64\n")
+    other.write_text(header + "0,3,1,1,0.50,0.1,0.375,64\n0,4,1,0,0.20,0.0,0.25,64\n")
     joined = with_earlier(read_records(now), read_records(before))
-    assert [(r["problem"], r["analytic"], r["analytic_own"]) for r in joined] == [(3, 0.4, 0.5)]
-    figures = summarize(with_earlier(read_records(now), read_records(now)))
-    assert figures["action_max"] == 0.0
+    assert [(r["analytic"], r["analytic_own"]) for r in joined] == [(0.4, 0.5), (0.2, 0.2)]
+    figures = summarize(joined)
+    assert figures["action_max"] == pytest.approx(0.1)
     assert figures["credit_mean"] == pytest.approx(0.15)
-    assert summarize(joined)["action_max"] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="not the same states"):
+        with_earlier(read_records(now), read_records(other))

@@ -109,11 +109,17 @@ def read_records(path: str | Path) -> list[dict]:
 
 
 def with_earlier(records: list[dict], earlier: list[dict]) -> list[dict]:
-    """``records`` with ``analytic_own``: the ``analytic`` value of the same state (batch,
-    problem, state) in ``earlier`` records; states the earlier records lack are left out."""
-    key = lambda r: (r["batch"], r["problem"], r["state"])  # noqa: E731
-    before = {key(r): r["analytic"] for r in earlier}
-    return [r | {"analytic_own": before[key(r)]} for r in records if key(r) in before]
+    """``records`` with ``analytic_own``: the ``analytic`` value of the same state in
+    ``earlier``, records of the same command on the same batches (the states come in the same
+    order: several responses can reach one problem's state ``k`` by different prefixes, so the
+    state is matched by its place, and its batch, problem, index and Monte-Carlo value must
+    agree)."""
+    key = lambda r: (r["batch"], r["problem"], r["state"], r["mc"])  # noqa: E731
+    if len(records) != len(earlier) or any(
+        key(a) != key(b) for a, b in zip(records, earlier, strict=True)
+    ):
+        raise ValueError("earlier records: not the same states in the same order")
+    return [r | {"analytic_own": e["analytic"]} for r, e in zip(records, earlier, strict=True)]
 
 
 def _quantiles(values: torch.Tensor, prefix: str) -> dict[str, float]:

@@ -272,6 +272,9 @@ def _run_rows(
     run_row["auc"] = run_row.get(f"auc_{metric}", math.nan)
     run_row["steps"] = max((r["step"] for r in steps if isinstance(r.get("step"), int)), default=0)
     run_row.update(seconds)
+    flops = [float(r["flops"]) for r in steps if _finite(r.get("flops"))]
+    if flops:
+        run_row["flops_total"] = max(flops)  # the meter's count, cumulative over the run
     values: dict[str, list[float]] = {}
     for record in steps:
         for key, value in record.items():

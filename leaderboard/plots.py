@@ -13,6 +13,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from .gains import ranked
 from .stats import BASELINE, ORACLE, natural_key, ordered_groups
 
 
@@ -68,8 +69,10 @@ def credit_chart(methods: pd.DataFrame) -> bytes | None:
     panels = [(c, t) for c, t in CREDIT_PANELS if c in methods and methods[c].notna().any()]
     if not panels:
         return None
-    names = sorted(methods["method"].unique())
     groups = ordered_groups(methods)
+    # the board's ranking (of the first setting; methods it lacks after), best at the top
+    first = list(ranked(groups[0][1])["method"])
+    names = (first + sorted(set(methods["method"]) - set(first)))[::-1]
     fig, axes = _figure(len(panels), height=max(2.6, 0.32 * len(names) + 1.4))
     offsets = np.linspace(-0.25, 0.25, len(groups)) if len(groups) > 1 else [0.0]
     from matplotlib.ticker import MaxNLocator
@@ -190,11 +193,9 @@ def _draw_gains(ax, rows: pd.DataFrame, column: str, style, *, linewidth, marker
 def gain_forest(frame: pd.DataFrame) -> bytes | None:
     """Gain over GRPO in AUC and in final accuracy per method of one setting, 95% intervals,
     best AUC gain at the top; oracle credit, the reference, in grey with a hollow marker."""
-    from .verdict import by_gain
-
     if "gain_auc" not in frame or frame["gain_auc"].notna().sum() == 0:
         return None
-    rows = by_gain(frame[frame["method"] != BASELINE])[::-1]  # matplotlib draws bottom-up
+    rows = ranked(frame[frame["method"] != BASELINE])[::-1]  # matplotlib draws bottom-up
     fig, axes = _figure(2, width=4.4, height=max(2.4, 0.28 * len(rows) + 1.3), columns=2)
     style = _style(list(frame["method"].unique()))
     for ax, (name, label) in zip(
@@ -212,9 +213,7 @@ def gain_forest(frame: pd.DataFrame) -> bytes | None:
 
 def chosen_methods(frame: pd.DataFrame) -> list[str]:
     """GRPO, oracle credit, and the best and the worst other method by AUC gain."""
-    from .verdict import by_gain
-
-    others = [m for m in by_gain(frame)["method"] if m not in (BASELINE, ORACLE)]
+    others = [m for m in ranked(frame)["method"] if m not in (BASELINE, ORACLE)]
     chosen = [m for m in (BASELINE, ORACLE) if m in set(frame["method"])]
     return chosen + list(dict.fromkeys(others[:1] + others[-1:]))
 
@@ -314,8 +313,6 @@ def credit_vs_gain(methods: pd.DataFrame) -> bytes | None:
 def gain_overview(methods: pd.DataFrame) -> bytes | None:
     """The headline: AUC gain over GRPO per method with its 95% interval, one panel per setting,
     each panel sorted best first, oracle credit (the reference) hollow and grey."""
-    from .verdict import by_gain
-
     if "gain_auc" not in methods:
         return None
     groups = [(k, f) for k, f in ordered_groups(methods) if f["gain_auc"].notna().any()]
@@ -327,7 +324,7 @@ def gain_overview(methods: pd.DataFrame) -> bytes | None:
     low = float(methods["gain_auc_low"].min())
     high = float(methods["gain_auc_high"].max())
     for ax, (key, frame) in zip(axes, groups, strict=True):
-        ordered = by_gain(frame[frame["method"] != BASELINE])[::-1]
+        ordered = ranked(frame[frame["method"] != BASELINE])[::-1]
         _draw_gains(ax, ordered, "gain_auc", style, linewidth=2.2, markersize=5)
         labels = [f"{m} (ref.)" if m == ORACLE else m for m in ordered["method"]]
         ax.set_yticks(np.arange(len(ordered)), labels, fontsize=7)

@@ -34,11 +34,12 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
+from .board import summarize
 from .collect import collect_runs, suite_coverage
 from .files import RunFormatError, atomic_write_bytes, atomic_write_text
 from .papers import reported_results
-from .stats import BASELINE, GROUP, ORACLE, ordered_groups, summarize
-from .tables import accuracy_table, credit_table, paper_table
+from .stats import BASELINE, GROUP, ORACLE, ordered_groups
+from .tables import accuracy_table, credit_table, gains_table, paper_table, position_notes
 from .verdict import setting_verdict
 
 
@@ -49,24 +50,25 @@ class LeaderboardError(ValueError):
 HOW_TO_READ = (
     "How to read: final accuracy is the eval accuracy at the end of the budget; AUC is the "
     "area under accuracy against budget fraction (a run at constant accuracy a scores a). "
-    "IQM is the interquartile mean over seeds; brackets are stratified bootstrap 95% "
-    "confidence intervals over seeds (n=1: one seed, no interval). Rank: the best remaining "
-    "method and every method whose IQM interval overlaps its interval share a rank (=1 means "
-    "not significantly different from another method ranked 1). P(>GRPO) is the probability "
-    "that a random seed of the method beats a random seed of GRPO. Positions put GRPO at 0 and "
-    "oracle credit at 1: learning speed from the mean AUC over trained responses (equal "
-    "samples), credit score from the mean credit "
-    "AUROC. A position is a ratio to the oracle-GRPO gap, so it is n/a when either end is "
-    "missing, when oracle credit is not ahead of GRPO, or when, with several seeds of each, "
-    "the 95% interval of the gap reaches 0 (the ratio would be noise). Credit precision is the "
+    "A gain over GRPO is read seed by seed (seed s of every method starts from the same base "
+    "and draws the same first prompts): the mean gap, its 95% percentile bootstrap interval "
+    "in brackets, its 95% t interval after t, and k/n, the seeds of n at which the method is "
+    "ahead. ▲: both intervals above 0 over at least 5 seeds (ahead of GRPO); ▼: both below "
+    "(behind). Online: the mean reward of the training batches, each graded before its "
+    "update. Rank: by the AUC gain; the best remaining method and every method whose gain "
+    "interval overlaps its interval share a rank (=1). Position: the method's mean AUC gain "
+    "over the oracle's, GRPO at 0 and the exact-credit oracle at 1, with a bootstrap interval "
+    "over seeds; n/a unless the oracle is ahead of GRPO by the same rule (a ratio to a gap "
+    "noise could erase is noise). Cost: the FLOPs and the wall time of a step over GRPO's "
+    "(runs are matched on FLOPs, so a dearer step means fewer steps). Credit precision is the "
     "share of a failed response's negative credit that falls on its first wrong step (chance: "
     "the share of tokens that are first-wrong-step tokens); credit AUROC ranks tokens by "
-    "negative advantage against the first-wrong-step label (0.5: uniform credit). Filler "
-    "entropy drift is the last minus the first logged entropy on reward-irrelevant tokens. "
-    "Shared-prefix gradient: the net gradient the loss leaves on the tokens every response of "
-    "a group shares, relative to its gradient on the other tokens (0: they cancel). Reset at "
-    "the first wrong step (RRPO, SRPO): the share of resets placed exactly at the failed "
-    "response's true first wrong step."
+    "negative advantage against the first-wrong-step label (0.5: uniform credit), and its "
+    "score puts it on the same scale as the position. Filler entropy drift is the last minus "
+    "the first logged entropy on reward-irrelevant tokens. Shared-prefix gradient: the net "
+    "gradient the loss leaves on the tokens every response of a group shares, relative to its "
+    "gradient on the other tokens (0: they cancel). Reset at the first wrong step (RRPO, "
+    "SRPO): the share of resets placed exactly at the failed response's true first wrong step."
 )
 
 
@@ -123,9 +125,11 @@ def build_blocks(
                 "p",
                 f"Task {key[0]}, options {key[1]}, setting {key[2]}; accuracy: {metric} on "
                 "the eval split."
-                + (" One seed (n=1) has no interval." if (frame["n_seeds"] < 2).any() else ""),
+                + (" One seed (n=1) has no interval." if (frame["n_seeds"] < 2).any() else "")
+                + "".join(f" {note}" for note in position_notes(frame)),
             )
         )
+        blocks.append(("table", *gains_table(frame)))
         if f"curves-{name}" in figures:
             caption = (
                 "Accuracy against trained responses: GRPO, oracle credit, the best and the "

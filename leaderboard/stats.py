@@ -17,20 +17,9 @@ Per method and task (a *group* is one task, task options and setting; see
   (``n = 1``), low = high = the single value.
 - **probability of improvement** over GRPO, ``P(X > Y) + P(X = Y)/2`` for a random seed of each,
   with rliable's ``metrics.probability_of_improvement`` (the Mann-Whitney U statistic).
-- **ranks** by IQM with a "not significantly different" rule: take the best remaining method;
-  it and every remaining method whose IQM interval overlaps its interval share its rank
-  (competition ranking: 1, 1, 3); remove them and repeat. A shared rank is printed ``=1``.
-  Overlap of 95% intervals is a conservative test (it misses some real differences, it does
-  not invent any); with degenerate intervals only exact ties share a rank.
-- **positions between GRPO (0) and oracle credit (1)**: ``(x - x_grpo) / (x_oracle - x_grpo)``
-  for the mean AUC over trained responses (*learning speed* at equal samples, up to the
-  horizon every run of the setting reached; the AUC over budget fractions for runs without
-  response counts) and the mean credit AUROC (*credit score*, see
-  :mod:`harness.diagnostics.credit`); undefined (None, shown n/a) when either end is missing, when
-  oracle credit is not ahead of GRPO (``x_oracle - x_grpo < 1e-6``) and, with two or more
-  seeds of each, when it is not significantly ahead (the bootstrap 95% interval of the
-  difference of means reaches 0): dividing by a gap that noise could erase gives positions of
-  -20 or +8 that mean nothing.
+- gains over GRPO paired by seed, the claim rule, positions on the GRPO(0) -> oracle(1)
+  scale and the ranking: :mod:`leaderboard.gains`; the board's per-method table:
+  :mod:`leaderboard.board`.
 - credit diagnostics and the filler entropy drift: the mean over seeds of each run's mean over
   its logged steps (the drift: last minus first logged filler entropy), with bootstrap CIs.
   The token gradient cancellation ratio (``cancel_ratio``, :mod:`harness.diagnostics.cancellation`)
@@ -54,7 +43,6 @@ from rliable import metrics as rly_metrics
 BASELINE = "grpo"
 ORACLE = "oracle"
 GROUP = ["task", "options", "setting"]
-POSITION_TOLERANCE = 1e-6
 DIAGNOSTICS = (
     "credit_precision",
     "credit_auroc",
@@ -185,53 +173,7 @@ def probability_of_improvement(x, y) -> float:
     return float(rly_metrics.probability_of_improvement(x, y))
 
 
-def position(x: float | None, x_grpo: float | None, x_oracle: float | None) -> float | None:
-    """Where ``x`` lies between GRPO (0) and oracle credit (1); None when undefined.
-
-    Undefined also when oracle credit is not ahead of GRPO (on short chains it can be behind):
-    the scale would run backwards, and "0.5" would read as halfway to a bound that is below
-    the baseline.
-    """
-    values = (x, x_grpo, x_oracle)
-    if any(v is None or not math.isfinite(v) for v in values):
-        return None
-    span = x_oracle - x_grpo  # type: ignore[operator]
-    if span < POSITION_TOLERANCE:
-        return None
-    return (x - x_grpo) / span  # type: ignore[operator]
-
-
-def oracle_clearly_ahead(group: pd.DataFrame, column: str, *, reps: int, seed: int) -> bool:
-    """False when, with two or more seeds of each, oracle credit's lead over GRPO in ``column``
-    is not significant (its bootstrap 95% interval reaches 0); True otherwise, so that
-    :func:`position` alone decides for single seeds and missing ends."""
-    if column not in group:
-        return True
-    oracle = _seed_values(group, ORACLE, column)
-    grpo = _seed_values(group, BASELINE, column)
-    gap = difference_interval(oracle, grpo, reps=reps, seed=seed)
-    return gap.n < 2 or gap.low > 0
-
-
-def rank_groups(intervals: dict[str, Interval]) -> dict[str, tuple[int, bool]]:
-    """``{method: (rank, shared)}`` by the rule in the module docstring (higher is better)."""
-    remaining = sorted(
-        (m for m, iv in intervals.items() if math.isfinite(iv.point)),
-        key=lambda m: (-intervals[m].point, m),
-    )
-    ranks: dict[str, tuple[int, bool]] = {}
-    rank = 1
-    while remaining:
-        best = intervals[remaining[0]]
-        group = [m for m in remaining if intervals[m].overlaps(best)]
-        for m in group:
-            ranks[m] = (rank, len(group) > 1)
-        rank += len(group)
-        remaining = [m for m in remaining if m not in group]
-    return ranks
-
-
-def _accuracy_columns(runs: pd.DataFrame) -> tuple[str, str, str]:
+def accuracy_columns(runs: pd.DataFrame) -> tuple[str, str, str]:
     """(metric, final column, auc column) for one group's run rows."""
     for metric in ("sampled_accuracy", "greedy_accuracy"):
         final, auc = f"final_{metric}", f"auc_{metric}"
@@ -240,7 +182,7 @@ def _accuracy_columns(runs: pd.DataFrame) -> tuple[str, str, str]:
     return "greedy_accuracy", "final_greedy_accuracy", "auc_greedy_accuracy"
 
 
-def _seed_values(runs: pd.DataFrame, method: str, column: str) -> np.ndarray:
+def seed_values(runs: pd.DataFrame, method: str, column: str) -> np.ndarray:
     if column not in runs:
         return np.array([])
     return runs.loc[runs["method"] == method, column].to_numpy(dtype=float)
@@ -306,85 +248,3 @@ def with_response_auc(group: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
     horizon = response_horizon(curves)
     group["auc_responses"] = [auc_over_responses(*curves[run], horizon) for run in group["run"]]
     return group
-
-
-def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[str, pd.DataFrame]:
-    """Per-method statistics of a :func:`collect_runs` table.
-
-    Returns ``{"methods": ..., "curves": ...}``: one row per group and method (statistics
-    above; columns ``<metric>_<stat>``, ``_low``, ``_high``), and one row per group, method and
-    budget fraction (mean accuracy with its interval across seeds, and the mean number of
-    responses the seeds had trained on by then).
-    """
-    runs = table[table["kind"] == "run"]
-    evals = table[table["kind"] == "eval"]
-    method_rows: list[dict] = []
-    curve_rows: list[dict] = []
-    for key, group in ordered_groups(runs):
-        metric, final_col, auc_col = _accuracy_columns(group)
-        group = with_response_auc(group, evals)
-        methods = sorted(group["method"].unique())
-        rows: dict[str, dict] = {}
-        iqm_final: dict[str, Interval] = {}
-        iqm_auc: dict[str, Interval] = {}
-        for method in methods:
-            row: dict = dict(zip(GROUP, key, strict=True), method=method, accuracy_metric=metric)
-            row["n_seeds"] = int((group["method"] == method).sum())
-            for name, column in (("final", final_col), ("auc", auc_col)):
-                values = _seed_values(group, method, column)
-                for stat in ("mean", "iqm"):
-                    iv = bootstrap_interval(values, stat, reps=reps, seed=seed)
-                    row[f"{name}_{stat}"], row[f"{name}_{stat}_low"] = iv.point, iv.low
-                    row[f"{name}_{stat}_high"] = iv.high
-                    if stat == "iqm":
-                        (iqm_final if name == "final" else iqm_auc)[method] = iv
-                if method != BASELINE and BASELINE in methods:
-                    base = _seed_values(group, BASELINE, column)
-                    row[f"poi_{name}"] = probability_of_improvement(values, base)
-                    gain = difference_interval(values, base, reps=reps, seed=seed)
-                    row[f"gain_{name}"], row[f"gain_{name}_low"] = gain.point, gain.low
-                    row[f"gain_{name}_high"] = gain.high
-            for column in (*DIAGNOSTICS, "auc_responses"):
-                values = _seed_values(group, method, column)
-                if np.isfinite(values).any():
-                    iv = bootstrap_interval(values, "mean", reps=reps, seed=seed)
-                    row[column], row[f"{column}_low"], row[f"{column}_high"] = (
-                        iv.point,
-                        iv.low,
-                        iv.high,
-                    )
-            rows[method] = row
-        for name, intervals in (("final", iqm_final), ("auc", iqm_auc)):
-            for method, (rank, shared) in rank_groups(intervals).items():
-                rows[method][f"rank_{name}"] = rank
-                rows[method][f"rank_{name}_shared"] = shared
-        # learning speed at equal trained responses, where every run has them; else per FLOP
-        speed = "auc_responses" if np.isfinite(group["auc_responses"]).all() else None
-        for column, seed_column, label in (
-            ("auc_responses" if speed else "auc_mean", speed or auc_col, "speed_position"),
-            ("credit_auroc", "credit_auroc", "credit_position"),
-        ):
-            ends = [rows[m].get(column) if m in rows else None for m in (BASELINE, ORACLE)]
-            if not oracle_clearly_ahead(group, seed_column, reps=reps, seed=seed):
-                ends = [None, None]
-            for row in rows.values():
-                row[label] = position(row.get(column), *ends)
-        method_rows.extend(rows.values())
-        mask = np.logical_and.reduce([evals[c] == v for c, v in zip(GROUP, key, strict=True)])
-        for (method, fraction), points in evals[mask].groupby(["method", "budget_fraction"]):
-            values = points[metric].to_numpy(dtype=float) if metric in points else np.array([])
-            iv = bootstrap_interval(values, "mean", reps=reps, seed=seed)
-            trained = points["responses_trained"] if "responses_trained" in points else None
-            curve_rows.append(
-                dict(
-                    zip(GROUP, key, strict=True),
-                    method=method,
-                    budget_fraction=fraction,
-                    responses=float(trained.mean()) if trained is not None else math.nan,
-                    accuracy=iv.point,
-                    low=iv.low,
-                    high=iv.high,
-                    n=iv.n,
-                )
-            )
-    return {"methods": pd.DataFrame(method_rows), "curves": pd.DataFrame(curve_rows)}

@@ -1,8 +1,9 @@
 """The leaderboard's tables: headers and rows of strings, built from ``summarize()`` frames.
 
-Tables are sorted by the ranking statistic (the AUC gain over GRPO, :func:`.verdict.by_gain`),
-show the IQM with its interval in one compact cell (``0.512 [0.490, 0.530]``), and leave out a
-column no method of the setting has a value for, so that they fit a page's width.
+Tables are in the board's one ranking (:func:`.gains.ranked`: by the AUC gain over GRPO),
+show a gain with its bootstrap and t intervals and k of n seeds ahead in one compact cell
+(``+0.054 [+0.037, +0.067] t [+0.030, +0.078] 5/5``), and leave out a column no method of the
+setting has a value for, so that they fit a page's width.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import math
 
 import pandas as pd
 
-from .verdict import by_gain, signed
+from .gains import ranked
+from .verdict import gain_text, signed
 
 
 def missing(value) -> bool:
@@ -33,11 +35,37 @@ def fmt_interval(row, column: str, n: int, *, sign: bool = False) -> str:
     return f"{show(point)} [{show(row.get(f'{column}_low'))}, {show(row.get(f'{column}_high'))}]"
 
 
-def fmt_rank(row, name: str) -> str:
-    rank = row.get(f"rank_{name}")
+def fmt_rank(row) -> str:
+    rank = row.get("rank")
     if missing(rank):
         return "n/a"
-    return f"={int(rank)}" if row.get(f"rank_{name}_shared") else str(int(rank))
+    return f"={int(rank)}" if row.get("rank_shared") else str(int(rank))
+
+
+def fmt_gain(row, name: str) -> str:
+    """:func:`.verdict.gain_text` with ▲ (ahead of GRPO by the claim rule) or ▼ (behind);
+    ``0 (baseline)`` for GRPO."""
+    if row["method"] == "grpo":
+        return "0 (baseline)"
+    if missing(row.get(name)):
+        return "n/a"
+    mark = " ▲" if row.get(f"{name}_separates") else " ▼" if row.get(f"{name}_reversed") else ""
+    return gain_text(row, name) + mark
+
+
+def fmt_position(row, name: str = "position") -> str:
+    point = row.get(name)
+    if missing(point):
+        return "n/a"
+    low, high = row.get(f"{name}_low"), row.get(f"{name}_high")
+    if missing(low) or row["method"] == "grpo":
+        return fmt(point, 2)
+    return f"{fmt(point, 2)} [{fmt(low, 2)}, {fmt(high, 2)}]"
+
+
+def fmt_cost(row) -> str:
+    flops, wall = row.get("flops_per_step_ratio"), row.get("wall_per_step_ratio")
+    return f"{fmt(flops, 2)} / {fmt(wall, 2)}"
 
 
 def _present(frame: pd.DataFrame, column: str) -> bool:
@@ -45,27 +73,44 @@ def _present(frame: pd.DataFrame, column: str) -> bool:
 
 
 def accuracy_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """One setting's methods, best AUC gain over GRPO first."""
+    """One setting's methods in rank order: the AUC, its gain over GRPO, the position on the
+    GRPO(0) -> oracle(1) scale and the cost per step beside GRPO's."""
     columns = [
-        ("rank (AUC)", lambda r, n: fmt_rank(r, "auc")),
+        ("rank", lambda r, n: fmt_rank(r)),
         ("method", lambda r, n: r["method"]),
         ("seeds", lambda r, n: str(n)),
-        ("AUC gain over GRPO", lambda r, n: fmt_interval(r, "gain_auc", n, sign=True)),
-        ("AUC, IQM", lambda r, n: fmt_interval(r, "auc_iqm", n)),
-        ("final accuracy, IQM", lambda r, n: fmt_interval(r, "final_iqm", n)),
-        ("P(>GRPO), AUC", lambda r, n: fmt(r.get("poi_auc"), 2)),
+        ("AUC, mean", lambda r, n: fmt_interval(r, "auc_mean", n)),
+        ("AUC gain over GRPO", lambda r, n: fmt_gain(r, "gain_auc")),
     ]
-    if _present(frame, "speed_position"):
-        columns.append(
-            ("learning speed (GRPO 0, oracle 1)", lambda r, n: fmt(r["speed_position"], 2))
-        )
-    rows = []
-    for _, r in by_gain(frame).iterrows():
-        n = int(r["n_seeds"])
-        rows.append([cell(r, n) for _, cell in columns])
-        if r["method"] == "grpo":
-            rows[-1][3] = "0 (baseline)"
+    if _present(frame, "position"):
+        columns.append(("position (GRPO 0, oracle 1)", lambda r, n: fmt_position(r)))
+    if _present(frame, "flops_per_step_ratio") or _present(frame, "wall_per_step_ratio"):
+        columns.append(("FLOPs / wall time a step, × GRPO's", lambda r, n: fmt_cost(r)))
+    rows = [
+        [cell(r, int(r["n_seeds"])) for _, cell in columns] for _, r in ranked(frame).iterrows()
+    ]
     return [h for h, _ in columns], rows
+
+
+def gains_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The final and online accuracy's gains over GRPO, in rank order."""
+    online = _present(frame, "gain_online")
+    headers = ["method", "final accuracy, mean", "final gain over GRPO"]
+    headers += ["online gain over GRPO"] if online else []
+    rows = []
+    for _, r in ranked(frame).iterrows():
+        n = int(r["n_seeds"])
+        row = [r["method"], fmt_interval(r, "final_mean", n), fmt_gain(r, "gain_final")]
+        rows.append(row + ([fmt_gain(r, "gain_online")] if online else []))
+    return headers, rows
+
+
+def position_notes(frame: pd.DataFrame) -> list[str]:
+    """Why positions are n/a, one sentence per distinct reason."""
+    if "position_note" not in frame:
+        return []
+    notes = frame.loc[frame["position"].isna() & (frame["position_note"] != ""), "position_note"]
+    return [f"Positions n/a: {note}." for note in dict.fromkeys(notes)]
 
 
 def credit_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -82,7 +127,7 @@ def credit_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         (
             "credit_position",
             "credit score (GRPO 0, oracle 1)",
-            lambda r, n: fmt(r["credit_position"], 2),
+            lambda r, n: fmt_position(r, "credit_position"),
         ),
         (
             "filler_entropy_drift",
@@ -103,7 +148,7 @@ def credit_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     columns = [("method", lambda r, n: r["method"])]
     columns += [(h, cell) for column, h, cell in candidates if _present(frame, column)]
     rows = [
-        [cell(r, int(r["n_seeds"])) for _, cell in columns] for _, r in by_gain(frame).iterrows()
+        [cell(r, int(r["n_seeds"])) for _, cell in columns] for _, r in ranked(frame).iterrows()
     ]
     return [h for h, _ in columns], rows
 

@@ -39,23 +39,18 @@ import numpy as np
 import pandas as pd
 
 from .collect import collect_runs
+from .gains import MIN_PAIRS_FOR_A_CLAIM, gain, paired_gaps
 from .saturation import seed_interval
 from .stats import (
-    Interval,
     auc_over_responses,
     bootstrap_interval,
     natural_key,
     response_curves,
     response_horizon,
     responses_to_reach,
-    t_interval,
 )
 
 BASELINE, ORACLE = "grpo", "oracle"
-# Fewest seed pairs whose interval may claim a gap (ours): a percentile bootstrap over n pairs
-# of one sign excludes 0 whatever n, and under a null symmetric about 0 all n gaps share one
-# given sign with probability 2^-n; 5 pairs make that 3%, within the interval's 5%.
-MIN_PAIRS_FOR_A_CLAIM = 5
 # The frozen protocol's confirmatory seeds (docs/testbed.md, "The frozen protocol"): runs at
 # these seeds form rows of their own, so the claim can be read on them alone.
 CONFIRMATORY_SEEDS = range(10, 20)
@@ -64,16 +59,6 @@ CONFIRMATORY_SEEDS = range(10, 20)
 def seed_set(seed: int) -> str:
     """``confirmatory`` for the protocol's confirmatory seeds, else ``exploratory``."""
     return "confirmatory" if seed in CONFIRMATORY_SEEDS else "exploratory"
-
-
-def _paired(runs: pd.DataFrame, column: str) -> np.ndarray:
-    """``oracle - grpo`` of ``column`` for every seed both methods finished."""
-    if column not in runs:
-        return np.array([])
-    by_seed = runs.pivot_table(index="seed", columns="method", values=column, aggfunc="first")
-    if BASELINE not in by_seed or ORACLE not in by_seed:
-        return np.array([])
-    return (by_seed[ORACLE] - by_seed[BASELINE]).dropna().to_numpy(dtype=float)
 
 
 def _mean(runs: pd.DataFrame, method: str, column: str) -> float:
@@ -173,20 +158,11 @@ def validation_table(
         row["online_oracle"] = _mean(group, ORACLE, "reward_mean")
         pairs = (("final_accuracy", "final"), ("auc", "auc"), ("reward_mean", "online"))
         for column, name in pairs:
-            gaps = _paired(group, column)
-            interval: Interval = bootstrap_interval(gaps, reps=reps, seed=seed)
-            student = t_interval(gaps)
-            row[f"{name}_gap"] = interval.point
-            row[f"{name}_low"], row[f"{name}_high"] = interval.low, interval.high
-            row[f"{name}_t_low"], row[f"{name}_t_high"] = student.low, student.high
-            row[f"{name}_ahead"] = int((gaps > 0).sum())  # the sign test's k of n
-            row[f"{name}_pairs"] = interval.n
-            # a claim needs both intervals on one side of 0, over enough pairs
-            enough = interval.n >= MIN_PAIRS_FOR_A_CLAIM
-            above = interval.low > 0 and student.low > 0
-            below = interval.high < 0 and student.high < 0
-            row[f"{name}_separates"] = bool(enough and above)
-            row[f"{name}_reversed"] = bool(enough and below)
+            # the paired gain and the claim rule (leaderboard.gains), named as this table
+            # names them: <name>_gap, _low, _high, _t_low, _t_high, _ahead, _pairs, ...
+            found = gain(paired_gaps(group, ORACLE, column).to_numpy(), reps=reps, seed=seed)
+            for key, value in found.columns(name).items():
+                row[f"{name}_gap" if key == name else key] = value
         figures = _efficiency(evals, group, row) if row["seeds"] else {}
         if figures:
             gaps = figures[f"auc_responses_{ORACLE}"] - figures[f"auc_responses_{BASELINE}"]

@@ -1,9 +1,9 @@
 """The verdict of a setting in one or two sentences, computed from its numbers.
 
 The ranking statistic is the gain in AUC over GRPO (the area under accuracy against budget
-fraction, mean over seeds, minus GRPO's; :func:`leaderboard.stats.summarize` gives its 95%
-bootstrap interval). A method is *ahead* of GRPO when that interval lies entirely above zero,
-*behind* when it lies entirely below, and otherwise not told apart from it. Oracle credit, the
+fraction), paired by seed (:mod:`leaderboard.gains`). A method is *ahead* of GRPO when the
+claim rule says so (its bootstrap and t 95% intervals both above zero, over at least 5 seeds),
+*behind* when both lie below, and otherwise not told apart from it. Oracle credit, the
 reference, is reported on its own: whether credit can matter in the setting at all.
 """
 
@@ -13,6 +13,7 @@ import math
 
 import pandas as pd
 
+from .gains import MIN_PAIRS_FOR_A_CLAIM, ranked
 from .stats import BASELINE, ORACLE
 
 
@@ -20,24 +21,29 @@ def signed(value: float, digits: int = 3) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:+.{digits}f}"
 
 
-def gain_text(row) -> str:
-    """``+0.023 [+0.011, +0.036]``, or the point alone when there is no interval."""
-    point, low, high = (row.get(f"gain_auc{s}") for s in ("", "_low", "_high"))
-    if int(row.get("n_seeds", 1)) < 2 or low == high:
+def gain_text(row, name: str = "gain_auc") -> str:
+    """``+0.054 [+0.037, +0.067] t [+0.030, +0.078] 5/5``: the paired gain, its bootstrap and t
+    intervals and k of n seeds ahead; the point alone over fewer than two pairs."""
+    point = row.get(name)
+    pairs = row.get(f"{name}_pairs")
+    if pairs is None or not math.isfinite(pairs) or int(pairs) < 2:
         return signed(point)
-    return f"{signed(point)} [{signed(low)}, {signed(high)}]"
+    get = lambda key: signed(row.get(f"{name}_{key}"))  # noqa: E731
+    return (
+        f"{signed(point)} [{get('low')}, {get('high')}] t [{get('t_low')}, {get('t_high')}] "
+        f"{int(row.get(f'{name}_ahead'))}/{int(pairs)}"
+    )
 
 
 def _names(rows: pd.DataFrame) -> str:
     return ", ".join(f"{r['method']} ({gain_text(r)})" for _, r in rows.iterrows())
 
 
-def by_gain(frame: pd.DataFrame) -> pd.DataFrame:
-    """The methods of one setting, best AUC gain first (GRPO's is 0; a missing gain last)."""
-    gain = frame["gain_auc"] if "gain_auc" in frame else pd.Series(math.nan, index=frame.index)
-    gain = gain.where(frame["method"] != BASELINE, 0.0).fillna(-math.inf)
-    keyed = frame.assign(_gain=-gain, _auc=-frame["auc_iqm"])
-    return keyed.sort_values(["_gain", "_auc", "method"]).drop(columns=["_gain", "_auc"])
+def _flag(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A claim-rule column as booleans (False where absent)."""
+    if column not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame[column].fillna(False).astype(bool)
 
 
 def setting_verdict(frame: pd.DataFrame) -> str:
@@ -45,7 +51,7 @@ def setting_verdict(frame: pd.DataFrame) -> str:
     methods = set(frame["method"])
     if BASELINE not in methods or "gain_auc" not in frame:
         return "No GRPO runs in this setting: there is no gain over GRPO to report."
-    others = by_gain(frame[~frame["method"].isin([BASELINE, ORACLE])])
+    others = ranked(frame[~frame["method"].isin([BASELINE, ORACLE])])
     grpo_seeds = int(frame.loc[frame["method"] == BASELINE, "n_seeds"].iloc[0])
     if grpo_seeds < 2 or (not others.empty and (others["n_seeds"] < 2).all()):
         if others.empty:
@@ -57,28 +63,32 @@ def setting_verdict(frame: pd.DataFrame) -> str:
             f"({signed(best['gain_auc'])}) to {worst['method']} ({signed(worst['gain_auc'])})."
         )
     parts = []
-    untested = others[others["n_seeds"] < 2]  # one seed: no interval to call it either way
-    others = others[others["n_seeds"] >= 2]
+    # fewer seed pairs than the claim rule needs: no interval calls it either way
+    pairs = others["gain_auc_pairs"] if "gain_auc_pairs" in others else others["n_seeds"]
+    enough = pairs.fillna(0) >= MIN_PAIRS_FOR_A_CLAIM
+    untested, others = others[~enough], others[enough]
     if not others.empty:
-        ahead = others[others["gain_auc_low"] > 0]
-        behind = others[others["gain_auc_high"] < 0]
+        ahead = others[_flag(others, "gain_auc_separates")]
+        behind = others[_flag(others, "gain_auc_reversed")]
         level = len(others) - len(ahead) - len(behind)
         if len(ahead):
-            parts.append(f"Ahead of GRPO in AUC (95% interval above zero): {_names(ahead)}.")
+            parts.append(
+                f"Ahead of GRPO in AUC (both 95% intervals above zero): {_names(ahead)}."
+            )
         else:
-            parts.append("No method is ahead of GRPO in AUC beyond its 95% interval.")
+            parts.append("No method is ahead of GRPO in AUC beyond both its 95% intervals.")
         if len(behind):
             parts.append(f"Behind it: {_names(behind)}.")
         if level:
             parts.append(f"{level} not told apart from GRPO.")
     if not untested.empty:
         names = ", ".join(untested["method"])
-        parts.append(f"One seed, so not tested: {names}.")
+        parts.append(f"Fewer than {MIN_PAIRS_FOR_A_CLAIM} seeds, so not tested: {names}.")
     if ORACLE in methods:
         oracle = frame[frame["method"] == ORACLE].iloc[0]
-        if oracle["n_seeds"] >= 2 and oracle["gain_auc_low"] > 0:
+        if bool(oracle.get("gain_auc_separates")):
             where = f"ahead of GRPO by {gain_text(oracle)}: credit can pay here"
-        elif oracle["n_seeds"] >= 2 and oracle["gain_auc_high"] < 0:
+        elif bool(oracle.get("gain_auc_reversed")):
             where = f"behind GRPO by {gain_text(oracle)}: the reference loses to outcome credit"
         else:
             where = (

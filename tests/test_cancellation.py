@@ -365,7 +365,7 @@ def test_the_leaderboard_shows_the_cancellation_ratio_with_its_interval() -> Non
 
     import pandas as pd
 
-    from creditbench.leaderboard.stats import summarize
+    from creditbench.leaderboard.board import summarize
 
     rows = [
         {"run": f"{m}{s}", "method": m, "task": "chain", "options": "default",

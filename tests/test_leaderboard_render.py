@@ -1,8 +1,9 @@
 """The leaderboard end to end on fake run directories: collect, render, and a real browser.
 
-Three methods x three seeds of finished runs are written with RunDir exactly as the trainer
-lays them out (config.yaml, metrics.jsonl with step and eval records, summary.json), plus an
-unfinished run, a corrupt one, a failed one and a duplicate of a finished one.
+Three methods x five seeds (the fewest the claim rule reads) of finished runs are written
+with RunDir exactly as the trainer lays them out (config.yaml, metrics.jsonl with step and eval
+records, summary.json), plus an unfinished run, a corrupt one, a failed one and a duplicate of
+a finished one.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from creditbench.leaderboard import LeaderboardError, collect_runs, render
 def results(tmp_path):
     root = tmp_path / "results"
     for method in SLOPE:
-        for seed in range(3):
+        for seed in range(5):
             make_run(root, f"{method}-chain-s{seed}", method, seed)
     make_run(root, "grpo-unfinished", "grpo", 7, summary=False)
     corrupt = make_run(root, "oracle-corrupt", "oracle", 8)
@@ -40,10 +41,10 @@ def results(tmp_path):
 def test_collect_skips_bad_runs_with_named_warnings_and_never_double_counts(results):
     table, warnings = collect_runs(results)
     runs = table[table["kind"] == "run"]
-    assert len(runs) == 9
-    assert sorted(runs["run"]) == sorted(f"{m}-chain-s{s}" for m in SLOPE for s in range(3))
+    assert len(runs) == 15
+    assert sorted(runs["run"]) == sorted(f"{m}-chain-s{s}" for m in SLOPE for s in range(5))
     assert not runs.duplicated(["method", "task", "options", "seed"]).any()
-    assert len(table[table["kind"] == "eval"]) == 9 * len(FRACTIONS)
+    assert len(table[table["kind"] == "eval"]) == 15 * len(FRACTIONS)
     text = "\n".join(warnings)
     assert re.search(r"grpo-unfinished: .*unfinished", text)
     assert re.search(r"oracle-corrupt: .*corrupt summary\.json", text)
@@ -82,23 +83,23 @@ def test_render_writes_every_file_with_the_methods_and_one_row_per_run(results, 
     for method in SLOPE:
         assert any(f"| {method} |" in line for line in table_rows), method
     # oracle is best, alone; the rows follow the AUC gain over GRPO: oracle, dapo, grpo
-    assert re.search(r"^\| 1 \| oracle \| 3 \| \+0\.150 \[", md, re.M)
+    assert re.search(r"^\| 1 \| oracle \| 5 \| 0\.\d+ \[[^|]*\] \| \+0\.150 \[", md, re.M)
     order = [m for line in table_rows for m in SLOPE if line.startswith(f"| {m} |")]
     ranked = [line.split(" | ")[1] for line in table_rows if re.match(r"\| =?\d+ \| ", line)]
     assert ranked[:3] == ["oracle", "dapo", "grpo"], (ranked, order)
     # the verdict is computed from the intervals: dapo and oracle ahead, beyond their intervals
-    assert "Ahead of GRPO in AUC (95% interval above zero): dapo (+0.050 [" in md
+    assert "Ahead of GRPO in AUC (both 95% intervals above zero): dapo (+0.050 [" in md
     assert "Oracle credit, the reference, is ahead of GRPO by +0.150" in md
     for name in ("grpo-unfinished", "oracle-corrupt", "dapo-failed", "zz-copy/grpo-chain-s1"):
         assert name in md
     with open(paths["csv"]) as f:
         stats_rows = list(csv.DictReader(f))
     assert sorted(r["method"] for r in stats_rows) == sorted(SLOPE)
-    assert {r["n_seeds"] for r in stats_rows} == {"3"}
+    assert {r["n_seeds"] for r in stats_rows} == {"5"}
     with open(paths["runs_csv"]) as f:
         run_rows = list(csv.DictReader(f))
-    assert len(run_rows) == 9 * (len(FRACTIONS) + 1)
-    assert len({r["run"] for r in run_rows}) == 9
+    assert len(run_rows) == 15 * (len(FRACTIONS) + 1)
+    assert len({r["run"] for r in run_rows}) == 15
     assert not list(out.glob(".*.tmp"))
 
 

@@ -11,17 +11,15 @@ import pytest
 import torch
 
 from creditbench.harness.diagnostics.credit import auroc, credit_diagnostics
+from creditbench.leaderboard.board import summarize
 from creditbench.leaderboard.collect import options_key, trapezoid
+from creditbench.leaderboard.gains import gain, ranked, scale_position
 from creditbench.leaderboard.stats import (
-    Interval,
     bootstrap_interval,
     difference_interval,
     iqm,
     natural_key,
-    position,
     probability_of_improvement,
-    rank_groups,
-    summarize,
 )
 
 
@@ -38,15 +36,53 @@ def test_trapezoid_auc_over_budget_fractions():
     assert trapezoid([1.0], [0.7]) == 0.0
 
 
-def test_position_between_grpo_and_oracle():
-    assert position(0.5, 0.4, 0.8) == pytest.approx(0.25)
-    assert position(0.4, 0.4, 0.8) == pytest.approx(0.0)
-    assert position(0.8, 0.4, 0.8) == pytest.approx(1.0)
-    assert position(0.2, 0.4, 0.8) == pytest.approx(-0.5)  # worse than GRPO
-    assert position(0.5, 0.6, 0.4) is None  # oracle behind GRPO: the scale would run backwards
-    assert position(0.5, 0.4, 0.4 + 1e-9) is None  # ends equal: undefined
-    assert position(0.5, None, 0.8) is None
-    assert position(math.nan, 0.4, 0.8) is None
+def _paired(values: dict[str, list[float]], column: str = "auc") -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"method": m, "seed": seed, column: v}
+            for m, vs in values.items()
+            for seed, v in enumerate(vs)
+        ]
+    )
+
+
+def test_a_position_is_the_ratio_of_paired_mean_gains_with_an_interval_over_seeds():
+    grpo = [0.40, 0.50, 0.45, 0.60, 0.35]
+    runs = _paired(
+        {
+            "grpo": grpo,
+            "oracle": [g + d for g, d in zip(grpo, [0.10, 0.12, 0.08, 0.11, 0.09], strict=True)],
+            "half": [g + d for g, d in zip(grpo, [0.05, 0.06, 0.04, 0.055, 0.045], strict=True)],
+            "worse": [g - 0.05 for g in grpo],
+        }
+    )
+    where, why = scale_position(runs, "half", "auc", reps=300)
+    assert why == "" and where.point == pytest.approx(0.5) and where.n == 5
+    assert where.low == pytest.approx(0.5) and where.high == pytest.approx(0.5)  # exactly half
+    worse, _ = scale_position(runs, "worse", "auc", reps=300)
+    assert worse.point == pytest.approx(-0.05 / 0.1) and worse.high < 0
+    assert scale_position(runs, "grpo", "auc")[0].point == 0.0
+
+
+def test_no_position_where_the_oracle_is_not_ahead_beyond_noise_or_too_few_seeds():
+    grpo = [0.30, 0.60, 0.45, 0.50, 0.40]
+    noisy = _paired({"grpo": grpo, "oracle": [0.32, 0.59, 0.475, 0.49, 0.42], "m": [0.5] * 5})
+    where, why = scale_position(noisy, "m", "auc", reps=300)
+    assert where is None and why == "the oracle is not ahead of GRPO beyond noise"
+    few = _paired({"grpo": [0.4] * 3, "oracle": [0.6, 0.61, 0.62], "m": [0.5] * 3})
+    assert scale_position(few, "m", "auc", reps=300) == (None, "fewer than 5 seed pairs")
+    alone = _paired({"grpo": grpo, "m": grpo})
+    assert scale_position(alone, "m", "auc")[1] == "no oracle runs paired with GRPO's"
+
+
+def test_a_gain_claims_only_with_both_intervals_and_five_pairs():
+    clear = gain([0.05, 0.06, 0.04, 0.05, 0.055], reps=300)
+    assert clear.separates and not clear.reversed and (clear.ahead, clear.pairs) == (5, 5)
+    # one large gap and four tiny ones: the bootstrap excludes 0, the t interval does not
+    lopsided = gain([0.5, 0.01, 0.01, 0.01, 0.01], reps=300)
+    assert lopsided.low > 0 and lopsided.t_low < 0 and not lopsided.separates
+    assert not gain([0.05, 0.06, 0.04, 0.05], reps=300).separates  # four pairs: no claim
+    assert gain([-0.05, -0.06, -0.04, -0.05, -0.055], reps=300).reversed
 
 
 def _hand_batch():
@@ -139,23 +175,23 @@ def test_difference_interval_excludes_zero_for_a_clear_gap():
     assert 0 < gap.low < gap.point < gap.high
 
 
-def test_ranks_share_a_rank_when_intervals_overlap_the_best():
-    ranks = rank_groups(
-        {
-            "a": Interval(0.80, 0.75, 0.85, 5),
-            "b": Interval(0.78, 0.70, 0.82, 5),  # overlaps a
-            "c": Interval(0.50, 0.45, 0.55, 5),
-            "d": Interval(0.48, 0.40, 0.52, 5),  # overlaps c
-            "e": Interval(0.20, 0.20, 0.20, 1),
-        }
+def test_one_ranking_by_the_auc_gain_sharing_ranks_where_intervals_overlap():
+    frame = pd.DataFrame(
+        [
+            {"method": "grpo", "gain_auc": math.nan},
+            {"method": "a", "gain_auc": 0.08, "gain_auc_low": 0.05, "gain_auc_high": 0.10},
+            {"method": "b", "gain_auc": 0.06, "gain_auc_low": 0.02, "gain_auc_high": 0.09},
+            {"method": "c", "gain_auc": 0.01, "gain_auc_low": -0.01, "gain_auc_high": 0.02},
+            {"method": "d", "gain_auc": -0.05, "gain_auc_low": -0.07, "gain_auc_high": -0.03},
+            {"method": "e", "gain_auc": math.nan},  # no gain: last, unranked
+        ]
     )
-    assert ranks == {
-        "a": (1, True),
-        "b": (1, True),
-        "c": (3, True),
-        "d": (3, True),
-        "e": (5, False),
-    }
+    out = ranked(frame)
+    assert list(out["method"]) == ["a", "b", "c", "grpo", "d", "e"]
+    ranks = dict(zip(out["method"], zip(out["rank"], out["rank_shared"], strict=True), strict=True))
+    assert ranks["a"] == (1, True) and ranks["b"] == (1, True)  # b overlaps a
+    assert ranks["c"] == (3, True) and ranks["grpo"] == (3, True)  # GRPO's 0 lies in c's
+    assert ranks["d"] == (5, False) and math.isnan(ranks["e"][0])
 
 
 def test_options_key_and_natural_order():
@@ -196,52 +232,39 @@ def _table(final: dict[str, list[float]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_summarize_with_one_seed_reports_degenerate_intervals_and_na_positions():
+def test_summarize_with_one_seed_reports_degenerate_intervals_and_no_positions():
     methods = summarize(_table({"grpo": [0.4], "oracle": [0.6], "dapo": [0.5]}), reps=50)["methods"]
     row = methods.set_index("method").loc["dapo"]
     assert row["n_seeds"] == 1
     assert row["final_iqm_low"] == row["final_iqm_high"] == pytest.approx(0.5)
-    assert row["speed_position"] == pytest.approx(0.5)  # AUC 0.25 between 0.2 and 0.3
-    assert row["credit_position"] is None  # GRPO and oracle both at AUROC 0.5
-    assert row["poi_final"] == pytest.approx(1.0)
+    assert row["gain_auc"] == pytest.approx(0.05) and row["gain_auc_pairs"] == 1
+    assert math.isnan(row["position"]) and row["position_note"] == "fewer than 5 seed pairs"
+    assert "poi_auc" not in methods or math.isnan(row["poi_auc"])  # one seed: no probability
 
 
-def test_summarize_curves_and_ranks_over_seeds():
+def test_summarize_pairs_gains_by_seed_ranks_and_places_methods():
+    grpo = [0.40, 0.42, 0.41, 0.44, 0.39]
     out = summarize(
         _table(
-            {"grpo": [0.40, 0.42, 0.41], "oracle": [0.70, 0.72, 0.71], "dapo": [0.69, 0.71, 0.72]}
+            {
+                "grpo": grpo,
+                "oracle": [g + 0.30 for g in grpo],
+                "dapo": [g + d for g, d in zip(grpo, [0.14, 0.16, 0.15, 0.15, 0.15], strict=True)],
+            }
         ),
         reps=200,
     )
     methods = out["methods"].set_index("method")
-    assert methods.loc["oracle", "rank_final"] == 1 and methods.loc["oracle", "rank_final_shared"]
-    assert methods.loc["dapo", "rank_final"] == 1  # not significantly different from oracle
-    assert methods.loc["grpo", "rank_final"] == 3 and not methods.loc["grpo", "rank_final_shared"]
-    assert "poi_final" not in methods.columns or math.isnan(methods.loc["grpo", "poi_final"])
+    # paired by seed: the seeds' spread (0.39 to 0.44) does not widen the gain's interval
+    assert methods.loc["dapo", "gain_final"] == pytest.approx(0.15)
+    assert methods.loc["dapo", "gain_final_high"] - methods.loc["dapo", "gain_final_low"] < 0.02
+    assert methods.loc["dapo", "gain_auc_separates"] and methods.loc["dapo", "gain_auc_ahead"] == 5
+    assert methods.loc["dapo", "position"] == pytest.approx(0.5)  # AUC = final / 2
+    assert methods.loc["oracle", "rank"] == 1 and methods.loc["grpo", "rank"] == 3
+    assert list(out["methods"]["method"]) == ["oracle", "dapo", "grpo"]  # the board's order
     curves = out["curves"]
     end = curves[(curves["method"] == "grpo") & (curves["budget_fraction"] == 1.0)].iloc[0]
-    assert end["accuracy"] == pytest.approx(0.41) and end["n"] == 3
-    assert end["low"] <= 0.41 <= end["high"]
-
-
-def test_positions_need_oracle_significantly_ahead_of_grpo_over_seeds():
-    # AUC = final / 2. Oracle clearly ahead (AUC 0.405 against 0.205): dapo's 0.305 is halfway.
-    clear = summarize(
-        _table(
-            {"grpo": [0.40, 0.42, 0.41], "oracle": [0.80, 0.82, 0.81], "dapo": [0.60, 0.62, 0.61]}
-        ),
-        reps=200,
-    )["methods"].set_index("method")
-    assert clear.loc["dapo", "speed_position"] == pytest.approx((0.305 - 0.205) / (0.405 - 0.205))
-    # Oracle's mean is ahead by 0.005 but its seeds straddle GRPO's: the position would be
-    # (0.50 - 0.45) / 0.005 = 10 on the old rule; here it is undefined.
-    noisy = summarize(
-        _table({"grpo": [0.30, 0.60, 0.45], "oracle": [0.32, 0.59, 0.475], "dapo": [0.5] * 3}),
-        reps=200,
-    )["methods"].set_index("method")
-    assert noisy.loc["oracle", "auc_mean"] > noisy.loc["grpo", "auc_mean"]
-    assert noisy.loc["dapo", "speed_position"] is None
-    assert noisy.loc["grpo", "speed_position"] is None
+    assert end["accuracy"] == pytest.approx(np.mean(grpo)) and end["n"] == 5
 
 
 def test_learning_speed_is_compared_at_equal_trained_responses():

@@ -8,7 +8,7 @@ from fake_runs import SLOPE, make_run
 
 from creditbench.harness.cli.main import main as cli_main
 from creditbench.leaderboard import LeaderboardError, collect_runs, render
-from creditbench.leaderboard.stats import summarize
+from creditbench.leaderboard.board import summarize
 
 
 @pytest.fixture

@@ -1,0 +1,131 @@
+"""The board's numbers: one row per setting and method, from a :func:`collect_runs` table.
+
+Per method of a setting (:mod:`leaderboard.stats` for the intervals, :mod:`leaderboard.gains`
+for everything read against GRPO):
+
+- the mean and IQM of its final accuracy and AUC over seeds, with bootstrap intervals;
+- its gains over GRPO paired by seed: the AUC (``gain_auc``), the final accuracy
+  (``gain_final``) and the online accuracy (``gain_online``: the mean reward of the training
+  batches, each graded before its update), each with its bootstrap and t intervals, k of n
+  seeds ahead, and whether the claim rule calls it ahead or behind;
+- its position on the GRPO(0) -> oracle(1) scale of the AUC (``position``, with its interval,
+  or n/a and ``position_note`` saying why) and of the credit AUROC (``credit_position``);
+- its rank (``rank``, ``rank_shared``) by the AUC gain, the one ranking every table, plot and
+  sentence uses;
+- the probability of improvement over GRPO (two or more seeds of each only);
+- its cost beside GRPO's: FLOPs and wall time per step (``flops_per_step_ratio``,
+  ``wall_per_step_ratio``, mean over seeds of each run's FLOPs or wall seconds over its steps);
+- the credit diagnostics and the filler entropy drift, means with bootstrap intervals.
+
+And per setting, method and budget fraction, the mean accuracy curve with its interval.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .gains import ONLINE_COLUMN, gain, paired_gaps, ranked, scale_position
+from .stats import (
+    BASELINE,
+    DIAGNOSTICS,
+    GROUP,
+    accuracy_columns,
+    bootstrap_interval,
+    ordered_groups,
+    probability_of_improvement,
+    seed_values,
+    with_response_auc,
+)
+
+
+def _per_step(runs: pd.DataFrame, column: str) -> pd.Series:
+    """Each run's ``column`` total over its steps (NaN where not recorded)."""
+    if column not in runs or "steps" not in runs:
+        return pd.Series(math.nan, index=runs.index)
+    steps = runs["steps"].where(runs["steps"] > 0)
+    return runs[column] / steps
+
+
+def _cost_ratios(group: pd.DataFrame, rows: dict[str, dict]) -> None:
+    """FLOPs and wall seconds per step of each method over GRPO's (means over seeds)."""
+    flops = _per_step(group, "flops_total")
+    wall = _per_step(group, "wall_seconds")
+    for name, per_step in (("flops", flops), ("wall", wall)):
+        means = per_step.groupby(group["method"]).mean()
+        base = means.get(BASELINE, math.nan)
+        for method, row in rows.items():
+            value = means.get(method, math.nan)
+            ok = math.isfinite(value) and math.isfinite(base) and base > 0
+            row[f"{name}_per_step_ratio"] = value / base if ok else math.nan
+
+
+def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """``{"methods": ..., "curves": ...}``: the rows of the module doc."""
+    runs = table[table["kind"] == "run"]
+    evals = table[table["kind"] == "eval"]
+    method_rows: list[dict] = []
+    curve_rows: list[dict] = []
+    for key, group in ordered_groups(runs):
+        metric, final_col, auc_col = accuracy_columns(group)
+        group = with_response_auc(group, evals)
+        methods = sorted(group["method"].unique())
+        rows: dict[str, dict] = {}
+        for method in methods:
+            row: dict = dict(zip(GROUP, key, strict=True), method=method, accuracy_metric=metric)
+            row["n_seeds"] = int((group["method"] == method).sum())
+            for name, column in (("final", final_col), ("auc", auc_col)):
+                values = seed_values(group, method, column)
+                for stat in ("mean", "iqm"):
+                    iv = bootstrap_interval(values, stat, reps=reps, seed=seed)
+                    row[f"{name}_{stat}"], row[f"{name}_{stat}_low"] = iv.point, iv.low
+                    row[f"{name}_{stat}_high"] = iv.high
+            if method != BASELINE and BASELINE in methods:
+                for name, column in (("auc", auc_col), ("final", final_col),
+                                     ("online", ONLINE_COLUMN)):  # fmt: skip
+                    gaps = paired_gaps(group, method, column)
+                    if len(gaps):
+                        row |= gain(gaps.to_numpy(), reps=reps, seed=seed).columns(f"gain_{name}")
+                base = seed_values(group, BASELINE, auc_col)
+                if min(len(base), row["n_seeds"]) >= 2:  # one seed of either: no probability
+                    values = seed_values(group, method, auc_col)
+                    row["poi_auc"] = probability_of_improvement(values, base)
+            for label, column in (("position", auc_col), ("credit_position", "credit_auroc")):
+                where, why = scale_position(group, method, column, reps=reps, seed=seed)
+                row[label] = where.point if where is not None else math.nan
+                row[f"{label}_low"] = where.low if where is not None else math.nan
+                row[f"{label}_high"] = where.high if where is not None else math.nan
+                row[f"{label}_note"] = why
+            for column in (*DIAGNOSTICS, "auc_responses"):
+                values = seed_values(group, method, column)
+                if np.isfinite(values).any():
+                    iv = bootstrap_interval(values, "mean", reps=reps, seed=seed)
+                    row[column], row[f"{column}_low"], row[f"{column}_high"] = (
+                        iv.point,
+                        iv.low,
+                        iv.high,
+                    )
+            rows[method] = row
+        _cost_ratios(group, rows)
+        frame = ranked(pd.DataFrame(list(rows.values())))
+        method_rows.extend(frame.to_dict("records"))
+        mask = np.logical_and.reduce([evals[c] == v for c, v in zip(GROUP, key, strict=True)])
+        for (method, fraction), points in evals[mask].groupby(["method", "budget_fraction"]):
+            values = points[metric].to_numpy(dtype=float) if metric in points else np.array([])
+            iv = bootstrap_interval(values, "mean", reps=reps, seed=seed)
+            trained = points["responses_trained"] if "responses_trained" in points else None
+            curve_rows.append(
+                dict(
+                    zip(GROUP, key, strict=True),
+                    method=method,
+                    budget_fraction=fraction,
+                    responses=float(trained.mean()) if trained is not None else math.nan,
+                    accuracy=iv.point,
+                    low=iv.low,
+                    high=iv.high,
+                    n=iv.n,
+                )
+            )
+    return {"methods": pd.DataFrame(method_rows), "curves": pd.DataFrame(curve_rows)}

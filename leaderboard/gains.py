@@ -1,0 +1,162 @@
+"""Gains over GRPO paired by seed, the claim rule, the GRPO(0) -> oracle(1) scale, the ranking.
+
+Seed ``s`` of every method starts from the same base policy, draws the same first prompts and
+is evaluated on the same problems, so a method's gain over GRPO is read seed by seed: the gaps
+``x_method(s) - x_grpo(s)`` over the seeds both finished. The leaderboard, the validation
+report and their prose all read gains, claims, positions and ranks from here:
+
+- **gain**: the mean gap, with the 95% percentile bootstrap interval of the mean over the seed
+  pairs (resampled with replacement) and the 95% Student t interval, and k of n: the pairs in
+  which the method is ahead (a sign test's count).
+- **claim rule**: a method is *ahead* of GRPO where both intervals lie above 0 over at least
+  :data:`MIN_PAIRS_FOR_A_CLAIM` pairs, *behind* where both lie below, and otherwise not told
+  apart (``docs/testbed.md``, "The frozen protocol").
+- **position** on the GRPO(0) -> oracle(1) scale: the ratio of the paired mean gains,
+  ``mean gap_method / mean gap_oracle`` over the seeds GRPO, the method and the oracle share,
+  with a bootstrap interval (the seeds resampled together, the ratio of the resampled means).
+  Shown only where the oracle is ahead of GRPO by the claim rule: dividing by a gap noise could
+  erase gives positions of -20 or +8 that mean nothing. Elsewhere it is n/a, with the reason.
+- **rank**: by the AUC gain's point estimate (GRPO's is 0); the best remaining method and
+  every remaining method whose gain interval overlaps its interval share a rank (competition
+  ranking 1, 1, 3), and so on. Overlap of 95% intervals is a conservative test: it misses some
+  real differences and invents none; with one seed only exact ties share a rank.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .stats import BASELINE, ORACLE, Interval, bootstrap_interval, t_interval
+
+# Fewest seed pairs whose intervals may claim a gain (ours): a percentile bootstrap over n pairs
+# of one sign excludes 0 whatever n, and under a null symmetric about 0 all n gaps share one
+# given sign with probability 2^-n; 5 pairs make that 3%, within the interval's 5%.
+MIN_PAIRS_FOR_A_CLAIM = 5
+# The gains every board reports: name -> the run column it is the gain of (the accuracy
+# columns are resolved per setting: sampled accuracy where every run has it).
+ONLINE_COLUMN = "reward_mean"
+
+
+@dataclass(frozen=True)
+class Gain:
+    """A mean paired gap with its bootstrap and t 95% intervals and k of n pairs ahead."""
+
+    point: float
+    low: float
+    high: float
+    t_low: float
+    t_high: float
+    ahead: int
+    pairs: int
+
+    @property
+    def separates(self) -> bool:
+        """Ahead of GRPO by the claim rule."""
+        return self.pairs >= MIN_PAIRS_FOR_A_CLAIM and self.low > 0 and self.t_low > 0
+
+    @property
+    def reversed(self) -> bool:
+        """Behind GRPO by the claim rule."""
+        return self.pairs >= MIN_PAIRS_FOR_A_CLAIM and self.high < 0 and self.t_high < 0
+
+    def columns(self, name: str) -> dict[str, float | int | bool]:
+        """``{name: point, name_low, name_high, name_t_low, name_t_high, name_ahead,
+        name_pairs, name_separates, name_reversed}``."""
+        return {
+            name: self.point,
+            f"{name}_low": self.low,
+            f"{name}_high": self.high,
+            f"{name}_t_low": self.t_low,
+            f"{name}_t_high": self.t_high,
+            f"{name}_ahead": self.ahead,
+            f"{name}_pairs": self.pairs,
+            f"{name}_separates": self.separates,
+            f"{name}_reversed": self.reversed,
+        }
+
+
+def paired_gaps(
+    runs: pd.DataFrame, method: str, column: str, baseline: str = BASELINE
+) -> pd.Series:
+    """``method - baseline`` of ``column``, indexed by the seeds both finished (NaN dropped)."""
+    if column not in runs:
+        return pd.Series(dtype=float)
+    by_seed = runs.pivot_table(index="seed", columns="method", values=column, aggfunc="first")
+    if method not in by_seed or baseline not in by_seed:
+        return pd.Series(dtype=float)
+    return (by_seed[method] - by_seed[baseline]).dropna().astype(float)
+
+
+def gain(gaps, *, reps: int = 2000, seed: int = 0) -> Gain:
+    """The :class:`Gain` of paired gaps (one per seed)."""
+    values = np.asarray(gaps, dtype=float)
+    values = values[np.isfinite(values)]
+    boot: Interval = bootstrap_interval(values, reps=reps, seed=seed)
+    student = t_interval(values)
+    ahead = int((values > 0).sum())
+    return Gain(boot.point, boot.low, boot.high, student.low, student.high, ahead, boot.n)
+
+
+def scale_position(
+    runs: pd.DataFrame, method: str, column: str, *, reps: int = 2000, seed: int = 0
+) -> tuple[Interval | None, str]:
+    """``(position with its bootstrap interval, "")`` of ``method`` on the GRPO(0) ->
+    oracle(1) scale of ``column``, or ``(None, why not)`` (module doc)."""
+    if method == BASELINE:
+        return Interval(0.0, 0.0, 0.0, 0), ""
+    oracle = paired_gaps(runs, ORACLE, column)
+    if oracle.empty:
+        return None, "no oracle runs paired with GRPO's"
+    reference = gain(oracle.to_numpy(), reps=reps, seed=seed)
+    if reference.pairs < MIN_PAIRS_FOR_A_CLAIM:
+        return None, f"fewer than {MIN_PAIRS_FOR_A_CLAIM} seed pairs"
+    if not reference.separates:
+        return None, "the oracle is not ahead of GRPO beyond noise"
+    mine = paired_gaps(runs, method, column)
+    seeds = mine.index.intersection(oracle.index)
+    if len(seeds) < MIN_PAIRS_FOR_A_CLAIM:
+        return None, f"fewer than {MIN_PAIRS_FOR_A_CLAIM} seeds shared with the oracle"
+    numerator = mine.loc[seeds].to_numpy()
+    denominator = oracle.loc[seeds].to_numpy()
+    point = float(numerator.mean() / denominator.mean())
+    picks = np.random.default_rng(seed).integers(0, len(seeds), size=(reps, len(seeds)))
+    below = denominator[picks].mean(axis=1)
+    ratios = numerator[picks].mean(axis=1) / np.where(below == 0, np.nan, below)
+    low, high = np.nanpercentile(ratios, [2.5, 97.5])
+    return Interval(point, float(low), float(high), len(seeds)), ""
+
+
+def ranked(frame: pd.DataFrame, column: str = "gain_auc") -> pd.DataFrame:
+    """The methods of one setting, best first, with ``rank`` and ``rank_shared`` (module doc);
+    GRPO's gain is 0, a method without a gain comes last, unranked."""
+
+    def interval(i) -> tuple[float, float, float]:
+        """(point, low, high) of row ``i``'s gain; the point where no interval (one seed)."""
+        if frame.at[i, "method"] == BASELINE:
+            return 0.0, 0.0, 0.0
+        point = float(frame.at[i, column]) if column in frame else math.nan
+        low, high = (frame.at[i, f"{column}_{side}"] if f"{column}_{side}" in frame else point
+                     for side in ("low", "high"))  # fmt: skip
+        low, high = float(low), float(high)
+        return point, low if math.isfinite(low) else point, high if math.isfinite(high) else point
+
+    spans = {i: interval(i) for i in frame.index}
+    known = sorted(
+        (i for i in frame.index if math.isfinite(spans[i][0])),
+        key=lambda i: (-spans[i][0], frame.at[i, "method"]),
+    )
+    out = frame.loc[known + [i for i in frame.index if i not in known]].copy()
+    out["rank"], out["rank_shared"] = math.nan, False
+    remaining, rank = known, 1
+    while remaining:
+        _, best_low, best_high = spans[remaining[0]]
+        group = [i for i in remaining if spans[i][1] <= best_high and best_low <= spans[i][2]]
+        for i in group:
+            out.at[i, "rank"], out.at[i, "rank_shared"] = rank, len(group) > 1
+        rank += len(group)
+        remaining = [i for i in remaining if i not in group]
+    return out

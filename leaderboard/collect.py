@@ -399,6 +399,17 @@ def collect_runs(sources: str | Path | Iterable[str | Path]) -> tuple[pd.DataFra
     return table[front + rest], warnings
 
 
+def suite_names(results_dir: str | Path) -> list[str]:
+    """The names of the suites whose readable manifests lie in the folder."""
+    names = []
+    for path in sorted(Path(results_dir).glob("suite-*.json")):
+        try:
+            names.append(str(json.loads(path.read_text(encoding="utf-8"))["suite"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # suite_coverage says it is unreadable
+    return names
+
+
 def suite_coverage(results_dir: str | Path, finished: set[str]) -> list[str]:
     """One sentence per suite manifest (``suite-<name>.json``, written by ``creditbench bench``)
     in the folder: how many of the suite's runs are among ``finished`` (run folder names), by

@@ -35,7 +35,7 @@ import pandas as pd
 
 from . import plots
 from .board import summarize
-from .collect import collect_runs, suite_coverage
+from .collect import collect_runs, suite_coverage, suite_names
 from .files import RunFormatError, atomic_write_bytes, atomic_write_text
 from .papers import reported_results
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups
@@ -351,11 +351,13 @@ def render(
     }
     figures = setting_figures(stats)
     figures.update({name: png for name, png in drawn.items() if png is not None})
-    name = out.resolve().name
     finished = set(table.loc[table["kind"] == "run", "run"])
     # A suite's manifest lies in its results folder, or next to the runs.csv committed from it.
     folders = dict.fromkeys(p if p.is_dir() else p.parent for p in paths_in)
     coverage = [s for folder in folders for s in suite_coverage(folder, finished)]
+    # the board is named after the suites it shows, else after the folder it is written to
+    suites = [n for folder in folders for n in suite_names(folder)]
+    name = f"suite {', '.join(dict.fromkeys(suites))}" if suites else out.resolve().name
     blocks = build_blocks(name, stats, papers, warnings, figures, n_runs, coverage)
     blocks.append(("h2", "Provenance"))
     blocks.append(("p", provenance(table)))

@@ -82,7 +82,7 @@ def accuracy_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         ("AUC, mean", lambda r, n: fmt_interval(r, "auc_mean", n)),
         ("AUC gain over GRPO", lambda r, n: fmt_gain(r, "gain_auc")),
     ]
-    if _present(frame, "position"):
+    if _present(frame[frame["method"] != "grpo"], "position"):  # GRPO's 0 alone says nothing
         columns.append(("position (GRPO 0, oracle 1)", lambda r, n: fmt_position(r)))
     if _present(frame, "flops_per_step_ratio") or _present(frame, "wall_per_step_ratio"):
         columns.append(("FLOPs / wall time a step, × GRPO's", lambda r, n: fmt_cost(r)))

@@ -136,6 +136,13 @@ def test_a_suite_manifest_makes_the_page_say_how_much_of_the_suite_it_holds(tmp_
     md = render(root, reps=50)["markdown"].read_text()
     assert "Suite demo: all 4 runs finished." in md
     assert "suite-broken.json: unreadable suite manifest" in md
+    # the board is named after its suite, not the folder it was written to
+    assert md.startswith("# creditbench leaderboard: suite demo\n")
+    plain = tmp_path / "plain"
+    make_run(plain, "grpo-s0", "grpo", 0)
+    assert render(plain, reps=50)["markdown"].read_text().startswith(
+        "# creditbench leaderboard: plain\n"
+    )
 
 
 def test_swept_settings_and_method_options_are_separate_rows_not_duplicates(tmp_path):

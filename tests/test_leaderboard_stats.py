@@ -240,6 +240,10 @@ def test_summarize_with_one_seed_reports_degenerate_intervals_and_no_positions()
     assert row["gain_auc"] == pytest.approx(0.05) and row["gain_auc_pairs"] == 1
     assert math.isnan(row["position"]) and row["position_note"] == "fewer than 5 seed pairs"
     assert "poi_auc" not in methods or math.isnan(row["poi_auc"])  # one seed: no probability
+    from creditbench.leaderboard.tables import accuracy_table
+
+    headers, _ = accuracy_table(methods)  # a one-seed board shows no position column at all
+    assert not any("position" in h or "P(" in h for h in headers)
 
 
 def test_summarize_pairs_gains_by_seed_ranks_and_places_methods():

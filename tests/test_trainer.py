@@ -334,6 +334,21 @@ def test_cli_user_errors_exit_2_naming_the_field(argv, field, tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_config_that_names_its_method_needs_no_method_flag(tmp_path, capsys):
+    """A run's config.yaml (or any config with ``method``) trains as it says; without one,
+    ``--method`` is required, and the message says so."""
+    config = tmp_path / "c.yaml"
+    config.write_text("method: no-such-method\n")
+    assert main(["train", "--config", str(config), "--output", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-method" in err and "--method: required" not in err  # the config's method
+    config.write_text("seed: 3\n")
+    assert main(["train", "--config", str(config), "--output", str(tmp_path / "runs")]) == 2
+    assert "--method: required, unless --config names one" in capsys.readouterr().err
+    assert main(["train"]) == 2
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_reference_methods_value_passes_are_counted_not_charged(nano_policy, tmp_path):
     """The exact-credit oracle samples GRPO's batch and trains on it as GRPO does; its value
     continuations run in a reference block: counted in reference_*, not in flops."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from creditbench.harness.cli.common import (
     add_set_option,
@@ -21,6 +22,20 @@ from creditbench.harness.cli.common import (
     set_threads,
     usage_error,
 )
+
+
+def _config_names_a_method(path: str | None) -> bool:
+    """Whether the YAML config at ``path`` has a ``method`` (a run's config.yaml does); an
+    unreadable file is left to the config loader, which names what is wrong."""
+    from creditbench.harness.config import ConfigError, load_yaml_file
+
+    if path is None:
+        return False
+    try:
+        data = load_yaml_file(Path(path), "--config")
+    except ConfigError:
+        return True  # let load_config report it
+    return isinstance(data, dict) and bool(data.get("method"))
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -37,9 +52,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 )
             trainer = Trainer.resume(args.resume)
         else:
-            if not args.method:
-                return usage_error("train", "--method: required (see `creditbench methods`)")
-            overrides = [f"method={args.method}"]
+            if not args.method and not _config_names_a_method(args.config):
+                return usage_error(
+                    "train",
+                    "--method: required, unless --config names one (see `creditbench methods`)",
+                )
+            overrides = [f"method={args.method}"] if args.method else []
             for flag, value in (("--task", args.task), ("--output", args.output)):
                 if value is not None and not value.strip():  # "" is an error, not "not given"
                     return usage_error("train", f"{flag}: must not be empty")

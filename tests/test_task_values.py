@@ -301,6 +301,14 @@ def test_the_command_writes_one_row_per_compared_state(tmp_path, capsys):
     for row in rows:
         assert 0.0 <= float(row["analytic"]) <= 1.0 and float(row["mc"]) in (0.0, 0.5, 1.0)
     assert f"{len(rows)} states of 1 batches" in capsys.readouterr().out
+    # the same check again, its Monte Carlo taken from the first: the same states and values
+    again = tmp_path / "again.csv"
+    argv_again = [*argv[:-2], "--out", str(again), "--mc-from", str(out)]
+    assert main([*argv_again, *(f"--set={s}" for s in settings)]) == 0
+    assert list(csv.DictReader(again.open())) == rows
+    other = [*settings, "seed=7"]  # other prompts, other states: refused, named
+    assert main([*argv_again, *(f"--set={s}" for s in other)]) == 2
+    assert "--mc-from" in capsys.readouterr().err
 
 
 def test_earlier_records_join_their_states_values_and_the_summary_measures_the_move(tmp_path):
@@ -320,3 +328,14 @@ def test_earlier_records_join_their_states_values_and_the_summary_measures_the_m
     assert figures["credit_mean"] == pytest.approx(0.15)
     with pytest.raises(ValueError, match="not the same states"):
         with_earlier(read_records(now), read_records(other))
+
+
+def test_a_one_digit_result_a_later_last_digit_wipes_may_carry_any_tens_digit():
+    """``26-24=2`` before a ``%10``: ``26-24=42`` is right too (the tens digit is wiped), and
+    a policy trained on outcomes writes it; each tens digit is a rendering of its own, scored
+    in a text cut after it, so the unit digit is read after the tens digit the policy wrote."""
+    _, found = probes([("+", 5), ("-", 24), ("%", 10)])  # 21 -> 26 -> 2 -> 2
+    assert scored(found, 1) == ["26-24=2\n", *(f"26-24={d}2\n" for d in range(1, 10))]
+    assert all(found.texts[r.text].endswith(f"{d}2\n") for d, r in enumerate(found.lines[1][1:], 1))
+    _, two_digits = probes([("+", 5), ("-", 3), ("%", 10)])  # 23: its tens digit is free already
+    assert scored(two_digits, 1) == ["26-3=23\n"]

@@ -109,6 +109,7 @@ def _cmd_values(args: argparse.Namespace) -> int:
             args.samples,
             args.out,
             args.checkpoint,
+            args.mc_from,
         )
     except (ConfigError, ValueError) as err:
         return usage_error("values", str(err))
@@ -192,6 +193,11 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
         "--checkpoint",
         help="a run's checkpoints/step-N folder: value the states of its policy (the run's "
         "config.yaml is the default config)",
+    )
+    p.add_argument(
+        "--mc-from",
+        help="an earlier --out CSV of the same states: take its Monte-Carlo values instead of "
+        "sampling them again (a changed estimator checked in seconds)",
     )
     p.add_argument("--threads", type=positive_int)
     p.set_defaults(func=_cmd_values)

@@ -23,8 +23,9 @@ answer line's is ``Answer: v`` and the end of the sequence. A multiplication has
 forms, direct and split. A tens digit that a later ``%10`` wipes out may be any digit: its
 factor is the probability of all ten. From a state whose carried value cannot reach the answer
 (a wrong step that no later operation cancels) V is 0: a second slip undoing the first is
-neglected, as are a one-digit value written with two digits and renderings outside the two
-forms. The estimate is validated against Monte-Carlo values (``creditbench values``).
+neglected, as are a one-digit carried value written with two digits and renderings outside the two
+forms. A one-digit result a later %10 wipes is also scored written with a tens digit, each of
+1-9 a rendering. The estimate is validated against Monte-Carlo values (``creditbench values``).
 
 :func:`value_probes` writes the texts the policy scores and where each rendering lies in them;
 the harness scores them (:mod:`creditbench.harness.services.task_values`).
@@ -99,6 +100,15 @@ def _body(
     return expr + "\n", free
 
 
+def _with_tens(body: str, free: set[int], result: int, tens: int) -> tuple[str, set[int]]:
+    """A line's ``body`` with its one-digit ``result`` written with the tens digit ``tens``
+    before it: a later %10 wipes it, so it is right, and a policy trained on outcomes writes
+    it (``20-18=42`` before a ``%10``). Each tens digit is a rendering of its own, so the unit
+    digit after it is scored in the context the policy wrote."""
+    at = len(body) - len(str(result)) - 1  # the result, then the newline
+    return body[:at] + str(tens) + body[at:], free
+
+
 def value_probes(
     start: int,
     ops: list[Op],
@@ -148,8 +158,13 @@ def value_probes(
         cut = len(text)
         body, positions = _body(carried, op, result, split, wipe_carried, wipe_result)
         renderings = [Rendering(0, cut, cut + len(body))]
-        if splittable(op):  # the other form, in a text cut after it
-            other, other_free = _body(carried, op, result, not split, wipe_carried, wipe_result)
+        alternatives = []  # (body, free positions) of the other renderings, each cut after it
+        if splittable(op):
+            alternatives.append(_body(carried, op, result, not split, wipe_carried, wipe_result))
+        if wipe_result == "tens" and result < 10:  # a tens digit the %10 wipes: any is right
+            forms = [(body, positions), *alternatives]
+            alternatives += [_with_tens(b, f, result, d) for b, f in forms for d in range(1, 10)]
+        for other, other_free in alternatives:
             texts.append(text + other)
             frees.append(frozenset(free | {cut + p for p in other_free}))
             renderings.append(Rendering(len(texts), cut, cut + len(other)))

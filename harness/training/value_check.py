@@ -36,6 +36,9 @@ the action at step k. Records of both, made on the same batches and states, are 
 
 ``--checkpoint DIR`` values the states of the policy saved in a run's checkpoint (its
 ``model.safetensors``), so the values are checked where the results live, not only at the start.
+``--mc-from CSV`` takes the Monte-Carlo values of an earlier check of the same states (same
+config, policy, batches and states) instead of sampling them again: a changed estimator is
+checked in seconds against the Monte Carlo already paid for.
 """
 
 from __future__ import annotations
@@ -58,8 +61,12 @@ QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
 NOISE_DRAWS = 200
 
 
-def compare_values(trainer: Any, batches: int, states: int, samples: int) -> list[dict]:
-    """One record per compared state (:data:`FIELDS`)."""
+def compare_values(
+    trainer: Any, batches: int, states: int, samples: int, known: list[dict] | None = None
+) -> list[dict]:
+    """One record per compared state (:data:`FIELDS`). ``known``: the records of an earlier
+    check of the same states (the same config, policy, batches and states), whose Monte-Carlo
+    values are taken instead of sampled again, each checked to be the same state."""
     services = trainer.services
     records: list[dict] = []
     for b in range(batches):
@@ -78,9 +85,19 @@ def compare_values(trainer: Any, batches: int, states: int, samples: int) -> lis
         chosen = [chosen[i] for i in order[:states]]
         mc = torch.full(valid.shape, float("nan"))
         per_call = max(1, CONTINUATIONS_PER_CALL // samples)
-        for start in range(0, len(chosen), per_call):  # a bounded cache per sampling call
+        if known is not None:  # the earlier check's Monte Carlo, state by state
+            earlier = [r for r in known if r["batch"] == b]
+            if [(r["problem"], r["state"]) for r in earlier] != [(index[r], k) for r, k in chosen]:
+                raise ValueError(f"--mc-from: batch {b} holds other states than this check's")
+            for (row, k), record in zip(chosen, earlier, strict=True):
+                mc[row, k] = record["mc"]
+            samples = int(earlier[0]["samples"]) if earlier else samples
+            chosen_for_sampling: list[tuple[int, int]] = []
+        else:
+            chosen_for_sampling = chosen
+        for start in range(0, len(chosen_for_sampling), per_call):  # a bounded cache per call
             only = torch.zeros_like(valid)
-            for row, k in chosen[start : start + per_call]:
+            for row, k in chosen_for_sampling[start : start + per_call]:
                 only[row, k] = True
             with services.reference_passes():
                 part = mc_state_values(services, batch, samples, only=only)
@@ -177,6 +194,7 @@ def run_value_check(
     samples: int,
     out: str | None,
     checkpoint: str | None = None,
+    mc_from: str | None = None,
 ) -> int:
     """Build the run of the config at its starting policy (or the policy of ``checkpoint``, a
     run's ``checkpoints/step-N`` folder, whose run's config is the default), compare, print
@@ -208,7 +226,13 @@ def run_value_check(
                     f"--checkpoint: {weights} does not fit the run's model: {message}"
                 ) from None
             trainer.services.on_policy_updated()
-        records = compare_values(trainer, batches, states, samples)
+        known = None
+        if mc_from is not None:
+            try:
+                known = read_records(mc_from)
+            except (OSError, ValueError, KeyError) as err:
+                raise ConfigError(f"--mc-from: {mc_from}: not a values record ({err})") from None
+        records = compare_values(trainer, batches, states, samples, known)
     if out:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,9 +3,10 @@
     python scripts/values_table.py docs/results/values
 
 Reads every ``<setting>-<policy>.csv`` of the folder (the records of ``creditbench values
---out``), and where ``earlier/<same name>.csv`` exists (the same states valued by the
-estimator before its continuation changed) joins them, and prints one markdown row per record
-file and group of states (all, right so far, after a wrong step).
+--out``) and prints one markdown row per record file and group of states (all, right so far,
+after a wrong step). Where ``earlier/state/<name>.csv`` and ``earlier/own/<name>.csv`` exist
+(the same states valued before the wiped tens digits were scored, continued alone and in the
+response's own later lines) the last column says how far the continuation alone moved them.
 """
 
 from __future__ import annotations
@@ -36,8 +37,12 @@ def rows(folder: Path) -> list[str]:
     ]
     for path in sorted(folder.glob("*.csv")):
         records = read_records(path)
-        earlier_path = folder / "earlier" / path.name
-        joined = with_earlier(records, read_records(earlier_path)) if earlier_path.exists() else []
+        state, own = (folder / "earlier" / kind / path.name for kind in ("state", "own"))
+        joined = (
+            with_earlier(read_records(state), read_records(own))
+            if state.exists() and own.exists()
+            else []
+        )
         for name, keep in GROUPS.items():
             group = [r for r in records if keep(r)]
             if len(group) < 2:

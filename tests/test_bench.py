@@ -30,12 +30,24 @@ def test_shipped_suites_expand_to_every_method():
     assert {r.method for r in runs} == expected
     assert len({r.name for r in runs}) == len(runs)
 
-    for name in ("standard", "long"):
+    for name, seeds in (("standard", set(range(10))), ("long", set(range(5)))):
         path = suite_path(name)
         runs = expand_suite(load_suite(path), path)
         assert {r.method for r in runs} == set(registered)
-        assert {r.seed for r in runs} == {0, 1, 2, 3, 4}
-        assert len({r.label for r in runs}) >= 3  # chain lengths are swept
+        assert {r.seed for r in runs} == seeds
+        assert len({r.label for r in runs}) >= 2  # settings or chain lengths
+
+
+def test_the_shipped_boards_train_on_the_frozen_protocol():
+    """The quick and long suites train as the standard suite (the frozen protocol) does, so
+    every published board is on the scale the protocol validated: the same optimizer, lr,
+    clip, batch, minibatches and generation limit."""
+    protocol = load_suite(suite_path("standard"))["settings"]
+    training = [k for k in protocol if k.startswith(("train.", "rollout.")) or k == "model.preset"]
+    assert {"train.optimizer", "train.lr", "train.grad_clip", "train.minibatches"} <= set(training)
+    for name in ("quick", "long"):
+        settings = load_suite(suite_path(name))["settings"]
+        assert {k: settings.get(k) for k in training} == {k: protocol[k] for k in training}, name
 
 
 def test_a_task_entry_can_carry_its_own_grid_and_settings(tmp_path):
@@ -136,19 +148,19 @@ def test_task_entries_that_differ_only_in_settings_need_a_label(tmp_path):
 def test_only_selects_runs_by_glob_in_the_order_of_the_patterns(capsys):
     path = suite_path("standard")
     runs = expand_suite(load_suite(path), path)
-    picked = select_runs(runs, ["chain-steps=8-oracle-s0", "chain-steps=8-*-s0"])
+    picked = select_runs(runs, ["chain-easy-steps=8-oracle-s0", "chain-easy-steps=8-*-s0"])
     names = [r.name for r in picked]
-    assert names[0] == "chain-steps=8-oracle-s0"
+    assert names[0] == "chain-easy-steps=8-oracle-s0"
     assert len(names) == len(set(names)) == len(list_methods())  # every method once, seed 0
-    assert all(n.startswith("chain-steps=8-") and n.endswith("-s0") for n in names)
+    assert all(n.startswith("chain-easy-steps=8-") and n.endswith("-s0") for n in names)
     assert select_runs(runs, []) == runs
     with pytest.raises(SuiteError, match="--only: nothing-\\* matches no run"):
         select_runs(runs, ["nothing-*"])
-    argv = ["bench", "--suite", "standard", "--only", "chain-steps=6-grpo-s4", "--dry-run"]
+    argv = ["bench", "--suite", "standard", "--only", "chain-easy-steps=8-grpo-s4", "--dry-run"]
     assert main([*argv, "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert f"{len(runs)} runs, 1 selected by --only" in out and "1 threads" in out
-    assert out.count("  chain-steps=") == 1 and "measured  chain-steps=6-grpo-s4" in out
+    assert out.count("  chain-") == 1 and "measured  chain-easy-steps=8-grpo-s4" in out
     assert main([*argv, "--threads", "0"]) == 2
     assert main(["bench", "--suite", "standard", "--only", "x", "--dry-run"]) == 2
 

@@ -1,7 +1,10 @@
 """The leaderboard: run directories in, statistics, tables and plots out.
 
 - :mod:`.collect`: every finished run under a results directory as one tidy table;
-- :mod:`.stats`: IQM and mean with stratified bootstrap CIs, probability of improvement, ranks;
+- :mod:`.stats`: IQM and mean with stratified bootstrap and t CIs, probability of improvement;
+- :mod:`.gains`: gains over GRPO paired by seed, the claim rule, the GRPO(0) -> oracle(1) scale
+  and the ranking every table, plot and sentence uses;
+- :mod:`.board`: the board's numbers, one row per setting and method;
 - :mod:`.credit`: credit precision and AUROC of one batch's advantages (torch only);
 - :mod:`.cancellation`: token-gradient cancellation of one batch's loss (torch only);
 - :mod:`.validation`: the testbed's validation report, oracle credit against GRPO;

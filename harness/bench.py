@@ -263,15 +263,12 @@ def write_manifest(results_dir: Path, path: Path, runs: list[Run]) -> None:
     an earlier manifest of the same suite lists stay listed (another ``--seeds`` set of it in
     the same folder adds to them)."""
     from creditbench.harness.records.rundir import atomic_write_text
+    from creditbench.leaderboard.collect import read_suite_manifest
 
     results_dir.mkdir(parents=True, exist_ok=True)
     target = results_dir / f"suite-{path.stem}.json"
-    listed: dict[str, str] = {}
-    try:
-        earlier = json.loads(target.read_text(encoding="utf-8"))
-        listed = {str(r["name"]): str(r["setting"]) for r in earlier["runs"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # none yet, or unreadable: this suite's runs replace it
+    earlier = read_suite_manifest(target)  # none yet, or unreadable: this suite's runs replace it
+    listed = dict(earlier[1]) if earlier is not None else {}
     listed |= {r.name: r.label for r in runs}
     entries = [{"name": name, "setting": label} for name, label in listed.items()]
     manifest = {"suite": path.stem, "runs": entries}

@@ -399,15 +399,25 @@ def collect_runs(sources: str | Path | Iterable[str | Path]) -> tuple[pd.DataFra
     return table[front + rest], warnings
 
 
+def read_suite_manifest(path: str | Path) -> tuple[str, list[tuple[str, str]]] | None:
+    """``(suite name, [(run name, setting)])`` of a suite manifest (``suite-<name>.json``,
+    written by ``creditbench bench``); None when it cannot be read."""
+    try:
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+        runs = [(str(r["name"]), str(r["setting"])) for r in manifest["runs"]]
+        return str(manifest["suite"]), runs
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _manifests(results_dir: str | Path) -> list[tuple[Path, tuple[str, list] | None]]:
+    paths = sorted(Path(results_dir).glob("suite-*.json"))
+    return [(path, read_suite_manifest(path)) for path in paths]
+
+
 def suite_names(results_dir: str | Path) -> list[str]:
     """The names of the suites whose readable manifests lie in the folder."""
-    names = []
-    for path in sorted(Path(results_dir).glob("suite-*.json")):
-        try:
-            names.append(str(json.loads(path.read_text(encoding="utf-8"))["suite"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # suite_coverage says it is unreadable
-    return names
+    return [found[0] for _, found in _manifests(results_dir) if found is not None]
 
 
 def suite_coverage(results_dir: str | Path, finished: set[str]) -> list[str]:
@@ -415,14 +425,11 @@ def suite_coverage(results_dir: str | Path, finished: set[str]) -> list[str]:
     in the folder: how many of the suite's runs are among ``finished`` (run folder names), by
     setting when the suite is incomplete. An unreadable manifest gives a sentence saying so."""
     sentences = []
-    for path in sorted(Path(results_dir).glob("suite-*.json")):
-        try:
-            manifest = json.loads(path.read_text(encoding="utf-8"))
-            name = str(manifest["suite"])
-            runs = [(str(r["name"]), str(r["setting"])) for r in manifest["runs"]]
-        except (OSError, ValueError, KeyError, TypeError):
+    for path, found in _manifests(results_dir):
+        if found is None:
             sentences.append(f"{path.name}: unreadable suite manifest, coverage unknown.")
             continue
+        name, runs = found
         done = sum(run in finished for run, _ in runs)
         if done == len(runs):
             sentences.append(f"Suite {name}: all {len(runs)} runs finished.")

@@ -205,17 +205,22 @@ def test_a_state_has_one_value_whichever_response_reached_it(services):
 # --- the check against Monte Carlo ------------------------------------------------------------
 
 
+def simulated(rng, truth, analytic, samples=64, **extra):
+    """Records of states whose true values are ``truth``, valued ``analytic``, each with a
+    Monte-Carlo value of ``samples`` draws."""
+    out = []
+    for p, a in zip(truth, analytic, strict=True):
+        mc = sum(rng.random() < p for _ in range(samples)) / samples
+        out.append({"analytic": a, "mc": mc, "samples": samples, **extra})
+    return out
+
+
 def test_the_summary_separates_monte_carlo_noise_from_the_estimators_error():
     rng = random.Random(0)
-    samples = 64
     truth = [rng.random() for _ in range(400)]
 
     def records(analytic):
-        out = []
-        for p, a in zip(truth, analytic, strict=True):
-            mc = sum(rng.random() < p for _ in range(samples)) / samples
-            out.append({"analytic": a, "mc": mc, "samples": samples})
-        return out
+        return simulated(rng, truth, analytic)
 
     exact = summarize(records(truth))
     assert abs(exact["mae"] - exact["noise_mae"]) < 0.01  # all of it is noise
@@ -228,16 +233,12 @@ def test_the_quantiles_tell_a_tail_of_noise_from_a_tail_of_error():
     """Exact values leave quantiles of |analytic - mc| that the noise-alone ones match; a few
     states off by 0.5 put the 99% quantile and the maximum far above theirs."""
     rng = random.Random(1)
-    samples = 64
     truth = [rng.random() for _ in range(500)]
 
     def records(analytic):
-        out = []
-        for p, a in zip(truth, analytic, strict=True):
-            mc = sum(rng.random() < p for _ in range(samples)) / samples
-            row = {"analytic": a, "analytic_own": a, "credit": 0.2, "mc": mc}
-            out.append(row | {"samples": samples})
-        return out
+        return [
+            r | {"analytic_own": r["analytic"]} for r in simulated(rng, truth, analytic, credit=0.2)
+        ]
 
     exact = summarize(records(truth))
     for q in ("p50", "p90", "p99"):

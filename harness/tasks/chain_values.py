@@ -100,13 +100,13 @@ def _body(
     return expr + "\n", free
 
 
-def _with_tens(body: str, free: set[int], result: int, tens: int) -> tuple[str, set[int]]:
+def _with_tens(body: str, result: int, tens: int) -> str:
     """A line's ``body`` with its one-digit ``result`` written with the tens digit ``tens``
     before it: a later %10 wipes it, so it is right, and a policy trained on outcomes writes
     it (``20-18=42`` before a ``%10``). Each tens digit is a rendering of its own, so the unit
     digit after it is scored in the context the policy wrote."""
     at = len(body) - len(str(result)) - 1  # the result, then the newline
-    return body[:at] + str(tens) + body[at:], free
+    return body[:at] + str(tens) + body[at:]
 
 
 def value_probes(
@@ -163,7 +163,7 @@ def value_probes(
             alternatives.append(_body(carried, op, result, not split, wipe_carried, wipe_result))
         if wipe_result == "tens" and result < 10:  # a tens digit the %10 wipes: any is right
             forms = [(body, positions), *alternatives]
-            alternatives += [_with_tens(b, f, result, d) for b, f in forms for d in range(1, 10)]
+            alternatives += [(_with_tens(b, result, d), f) for b, f in forms for d in range(1, 10)]
         for other, other_free in alternatives:
             texts.append(text + other)
             frees.append(frozenset(free | {cut + p for p in other_free}))

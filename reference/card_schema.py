@@ -15,6 +15,7 @@ from typing import Any
 
 from .cards import (
     ARXIV_PATTERN,
+    CLAIM_SETTINGS,
     HARDWARE_PATTERN,
     IDENTIFIER,
     METRIC_PATTERN,
@@ -26,6 +27,7 @@ from .cards import (
     UNKNOWN,
     Card,
     CardError,
+    Claim,
     Comparison,
     CpuScale,
     Method,
@@ -354,11 +356,48 @@ def _paper_scale(check: _Checker, data: Any) -> PaperScale:
     )
 
 
+def _claims(check: _Checker, data: Any, methods: tuple[Method, ...]) -> tuple[Claim, ...]:
+    if not isinstance(data, list):
+        raise check.fail("claims", f"expected a list, got {_kind(data)}")
+    runnable = {m.name for m in methods if m.registered}
+    claims = []
+    for i, item in enumerate(data):
+        where = f"claims[{i}]"
+        required = ("claim", "method", "baseline", "paper", "source", "tag")
+        check.mapping(item, where, required, ("verified", "setting"))
+        rows = {}
+        for key in ("method", "baseline"):
+            rows[key] = check.text(item[key], f"{where}.{key}")
+            if rows[key] not in runnable:
+                raise check.fail(
+                    f"{where}.{key}",
+                    f"{rows[key]!r} is not a registered row of the card "
+                    f"(registered: {', '.join(sorted(runnable))})",
+                )
+        if rows["method"] == rows["baseline"]:
+            raise check.fail(f"{where}.baseline", "must differ from the claim's method")
+        claims.append(
+            Claim(
+                claim=check.text(item["claim"], f"{where}.claim"),
+                method=rows["method"],
+                baseline=rows["baseline"],
+                paper=check.text(item["paper"], f"{where}.paper"),
+                source=check.text(item["source"], f"{where}.source"),
+                tag=check.choice(item["tag"], f"{where}.tag", TAGS),
+                verified=check.boolean(item.get("verified", True), f"{where}.verified"),
+                setting=check.choice(
+                    item.get("setting", "hard"), f"{where}.setting", CLAIM_SETTINGS
+                ),
+            )
+        )
+    return tuple(claims)
+
+
 def card_from_dict(data: Any, file_name: str, path: Path | None = None) -> Card:
     """Validate parsed YAML ``data`` (the contents of ``file_name``) and build the `Card`."""
     check = _Checker(file_name)
     required = ("id", "title", "authors", "arxiv", "year", "code", "methods", "recipe", "results")
-    check.mapping(data, "", required, ("cpu_scale", "paper_scale", "notes"))
+    check.mapping(data, "", required, ("cpu_scale", "paper_scale", "claims", "notes"))
     card_id = check.text(data["id"], "id")
     stem = Path(file_name).stem
     if card_id != stem:
@@ -392,6 +431,7 @@ def card_from_dict(data: Any, file_name: str, path: Path | None = None) -> Card:
         results=results,
         cpu_scale=None if cpu is None else _cpu_scale(check, cpu, methods, results),
         paper_scale=None if paper is None else _paper_scale(check, paper),
+        claims=_claims(check, data.get("claims", []), methods),
         notes=check.text(data.get("notes", ""), "notes", allow_empty=True),
         path=path,
     )

@@ -27,6 +27,7 @@ A card file (``cards/<id>.yaml``; `load_cards` reads them all) holds::
                    FLOP amount is planned by `creditbench reproduce`), seeds?, settings?: {dotted
                    run-config key: value}, method_options?: {method: {...}}, compare?, note?}
     paper_scale?: {model, hardware ("K x GPU with >= N GiB"), requires, tag, note?}
+    claims?:   - {claim, method, baseline, paper, source, tag, verified?, setting?: hard | easy}
     notes?
 
 A method is ``registered`` only if ``methods/`` registers that name; until then the card
@@ -36,6 +37,12 @@ that is a registered method with options ("DAPO + Teacher-OPPO") is ``registered
 ``anchor`` role marks a method the paper does not compare with but that runs beside it on
 the testbed (GRPO, the leaderboard's zero point). Row labels are the paper's; a method's
 ``label`` says which row is its own, for `Card.results_for`.
+
+A claim is a sentence of the paper the testbed can test: the row ``method`` ahead of the row
+``baseline`` (both registered rows of the card). ``paper`` is the paper's own number for it
+and ``source`` where it is stated; ``setting`` is the label of the standard suite's setting
+it is checked in (``hard`` unless given). The verdict is read from the standard records by
+:mod:`creditbench.leaderboard.claims`.
 
 Every mistake in a card raises `CardError` naming the file and the field as a dotted path,
 for example ``dapo.yaml: recipe.group_size: expected a number or 'unknown'``. The checks
@@ -56,6 +63,7 @@ from typing import Any
 import yaml
 
 CARDS_DIR = Path(__file__).parent / "cards"
+CLAIM_SETTINGS = ("hard", "easy")  # the standard suite's labels (harness/suites/standard.yaml)
 UNKNOWN = "unknown"
 TAGS = ("paper", "code", "inferred")
 ROLES = ("proposed", "baseline", "anchor")
@@ -190,6 +198,21 @@ class CpuScale:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """A claim of the paper the testbed tests: ``method`` (a card row) ahead of ``baseline``
+    in the standard suite's ``setting``; ``paper`` is the paper's number, ``source`` where."""
+
+    claim: str
+    method: str
+    baseline: str
+    paper: str
+    source: str
+    tag: str
+    verified: bool = True
+    setting: str = "hard"
+
+
+@dataclass(frozen=True)
 class PaperScale:
     """What the full recipe needs, so that ``reproduce --scale paper`` can refuse clearly."""
 
@@ -223,6 +246,7 @@ class Card:
     results: tuple[ResultTable, ...]
     cpu_scale: CpuScale | None = None
     paper_scale: PaperScale | None = None
+    claims: tuple[Claim, ...] = ()
     notes: str = ""
     path: Path | None = None
 

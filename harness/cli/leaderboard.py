@@ -2,6 +2,9 @@
 directories (every finished run below them) and committed ``runs.csv`` records, together, as
 leaderboard.md, .csv, runs.csv, .html and PNG plots.
 
+``creditbench claims [SOURCE ...] [--card ID ...] [--out FILE]``: every paper card's claims
+checked against the records (:mod:`creditbench.leaderboard.claims`), as one Markdown table.
+
 ``creditbench validate``: run the ``validation`` suite (oracle credit against GRPO) and write
 its report, ``validation.md``, and one row per setting, ``validation.csv``, beside the runs."""
 
@@ -27,6 +30,41 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
         return usage_error("leaderboard", str(err))
     for name in ("runs_csv",) if args.records_only else ("markdown", "csv", "html"):
         print(paths[name])
+    return 0
+
+
+def _cmd_claims(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from creditbench.harness.records.rundir import RunDirError, check_creatable
+    from creditbench.leaderboard.claims import claims_page
+    from creditbench.leaderboard.files import RunFormatError, atomic_write_text
+    from creditbench.reference.cards import CardError, load_cards
+
+    try:
+        if args.out is not None:
+            check_creatable(Path(args.out).parent, "--out")
+    except RunDirError as err:
+        return usage_error("claims", str(err))
+    try:
+        cards = load_cards()
+    except CardError as err:
+        return usage_error("claims", str(err))
+    unknown = [card for card in args.card if card not in cards]
+    if unknown:
+        return usage_error(
+            "claims", f"--card: no card {unknown[0]!r}; cards: {', '.join(sorted(cards))}"
+        )
+    chosen = [cards[card] for card in (args.card or sorted(cards))]
+    try:
+        page = claims_page(chosen, args.sources, reps=args.reps)
+    except (FileNotFoundError, RunFormatError) as err:
+        return usage_error("claims", str(err))
+    if args.out is not None:
+        atomic_write_text(Path(args.out), page)
+    print(page)
+    if args.out is not None:
+        print(args.out)
     return 0
 
 
@@ -89,6 +127,23 @@ def add_leaderboard_commands(subparsers) -> None:
         "--records-only", action="store_true", help="write only runs.csv, the runs' records"
     )
     p.set_defaults(func=_cmd_leaderboard)
+
+    p = subparsers.add_parser(
+        "claims", help="each paper card's claims checked against the records (a Markdown table)"
+    )
+    p.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SOURCE",
+        help="the standard suite's records: a results folder or a committed runs.csv "
+        "(docs/results/standard/runs.csv)",
+    )
+    p.add_argument("--card", action="append", default=[], help="one card's claims (repeatable)")
+    p.add_argument("--out", default=None, help="also write the page to this file")
+    p.add_argument(
+        "--reps", type=positive_int, default=2000, help="bootstrap resamples (default 2000)"
+    )
+    p.set_defaults(func=_cmd_claims)
 
     p = subparsers.add_parser(
         "validate", help="oracle credit against GRPO on the testbed: run the sweep, report the gap"

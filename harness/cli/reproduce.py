@@ -1,8 +1,9 @@
 """``creditbench reproduce CARD``: run a paper card's recipe at CPU or paper scale and write the
 paper's numbers beside ours (see :mod:`creditbench.harness.reproduce.run`).
 
-creditbench reproduce dapo                         # CPU scale, about 30 minutes
+creditbench reproduce dapo                         # CPU scale: the claims on the standard suite
 creditbench reproduce dapo --dry-run               # the plan, nothing run
+creditbench reproduce dapo --minutes 30            # a quick look at the ordering, 30 minutes
 creditbench reproduce dapo --scale paper --model-dir DIR --steps 200
 creditbench reproduce drgrpo --scale paper --engine verl --steps 200   # a verl launch
 """
@@ -35,6 +36,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             reps=args.reps,
             engine=args.engine,
+            records=args.records,
         )
     except ReproduceError as err:
         return usage_error("reproduce", str(err))
@@ -52,9 +54,23 @@ def add_reproduce_commands(subparsers) -> None:
         help="cpu: the testbed; paper: the full recipe (default: paper with a CUDA GPU, else cpu)",
     )
     p.add_argument("--results", help="results folder (default: runs/reproduce-CARD)")
-    p.add_argument("--seeds", type=positive_int, help="seeds per method (default: the card's, 3)")
     p.add_argument(
-        "--minutes", type=float, help="cpu: the wall-clock time to plan the budget for (30)"
+        "--seeds",
+        type=positive_int,
+        help="seeds per method (default: the standard suite's 10; a quick look: the card's, 3)",
+    )
+    p.add_argument(
+        "--records",
+        action="append",
+        metavar="SOURCE",
+        help="cpu: the standard suite's records to read before running what they lack "
+        "(repeatable; default: docs/results/standard where it exists)",
+    )
+    p.add_argument(
+        "--minutes",
+        type=float,
+        help="cpu: a quick look instead of the claims: the card's cpu_scale recipe, its budget "
+        "planned for this many minutes",
     )
     p.add_argument("--budget", type=float, help="FLOPs per run, instead of the planned budget")
     p.add_argument("--steps", type=positive_int, help="paper: optimizer steps per run")

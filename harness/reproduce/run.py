@@ -2,12 +2,15 @@
 
 Two scales (the tutorial is ``docs/reproducing.md``):
 
-- ``cpu`` (the default without a CUDA GPU): the card's ``cpu_scale`` methods that ``methods/``
-  implements, with the card's relative settings and per-method options, on the embedded chain
-  testbed. The base settings (model preset, lengths, evaluation) are those of the shipped suite
-  the card's ``cpu_scale.budget`` names; every run gets the same FLOP budget, sized so that the
-  whole reproduction takes about ``--minutes`` (30) on this machine
-  (:mod:`creditbench.harness.reproduce.budget`).
+- ``cpu`` (the default without a CUDA GPU): the card's claims on the frozen protocol, the
+  standard suite, reading the leaderboard's committed records and running only the runs they
+  lack (:mod:`creditbench.harness.reproduce.claims`). With ``--minutes``, ``--budget``,
+  ``--n-eval`` or ``--set`` (or a card without claims) it is a quick look instead: the card's
+  ``cpu_scale`` methods that ``methods/`` implements, with the card's relative settings and
+  per-method options, on the embedded chain testbed. The base settings (model preset, lengths,
+  evaluation) are those of the shipped suite the card's ``cpu_scale.budget`` names; every run
+  gets the same FLOP budget, sized so that the whole reproduction takes about ``--minutes`` (30)
+  on this machine (:mod:`creditbench.harness.reproduce.budget`).
 - ``paper``: the card's recipe mapped onto run-config fields
   (:func:`creditbench.harness.reproduce.recipe.paper_recipe`), on the paper's model from a local
   directory, with the vLLM rollout backend on a GPU. Without them it refuses, in one message
@@ -151,6 +154,7 @@ def reproduce(
     reps: int = 2000,
     environment: Environment | None = None,
     engine: str = "builtin",
+    records: list[str] | None = None,
 ) -> int:
     """Plan, run and report one card; the exit code (0, or 1 when a run failed).
 
@@ -196,6 +200,24 @@ def reproduce(
         for flag, value in (("--model-dir", model_dir), ("--steps", steps), ("--task", task)):
             if value is not None:
                 raise ReproduceError(f"{flag}: only with --scale paper (got {value})")
+        quick_look = (minutes, flops, n_eval) != (None, None, None) or bool(overrides)
+        if card.claims and not quick_look:
+            from creditbench.harness.reproduce.claims import reproduce_claims
+
+            return reproduce_claims(
+                card,
+                results=folder,
+                records=records,
+                seeds=seeds,
+                workers=workers,
+                dry_run=dry_run,
+                reps=reps,
+            )
+        if records is not None:
+            raise ReproduceError(
+                "--records: only for the claims on the standard suite (without --minutes, "
+                "--budget, --n-eval and --set)"
+            )
         plan = cpu_plan(card, seeds=seeds, n_eval=n_eval, overrides=overrides)
         previous = existing_budget(runs_of(plan), folder)
         if previous is not None and flops is None and minutes is None:

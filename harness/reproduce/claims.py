@@ -1,0 +1,174 @@
+"""``creditbench reproduce CARD`` at CPU scale: the paper's claims on the standard suite.
+
+A claim ("row A ahead of row B", the card's ``claims``) is tested on the frozen protocol, the
+standard suite (``harness/suites/standard.yaml``): its settings, its budget and its ten seeds,
+so that its verdict stands on the same runs the leaderboard shows. Most of those runs already
+exist: the committed records of the leaderboard's campaign (``docs/results/standard``, or any
+``--records``) are read, and only the runs missing from them are trained, into the results
+folder, with the bench's workers. A card row with options (Teacher-OPPO is ``oppo`` with
+``oracle: teacher``) is not on the leaderboard; its runs get the row's own name and run here.
+
+The report is the claims table of :mod:`creditbench.leaderboard.claims` over the records and
+the new runs together: the paper's number, the testbed's paired AUC gain with its intervals
+and k of n seeds, and the verdict.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from creditbench.harness.reproduce.recipe import ReproduceError
+from creditbench.reference.cards import Card
+
+SUITE = "standard"
+DEFAULT_RECORDS = Path("docs/results/standard")  # the campaign's committed records
+
+
+def claim_rows(card: Card) -> list[str]:
+    """The card rows the claims compare, in claim order, each once."""
+    rows: list[str] = []
+    for claim in card.claims:
+        for row in (claim.method, claim.baseline):
+            if row not in rows:
+                rows.append(row)
+    return rows
+
+
+def claim_runs(card: Card, seeds: int | None = None):
+    """The standard suite's runs of the claims' rows in the claims' settings (module doc);
+    ``seeds``: only the suite's first that many seeds."""
+    from creditbench.harness.bench import SuiteError, expand_suite, load_suite, suite_path
+
+    path = suite_path(SUITE)
+    suite = load_suite(path)
+    entries = []
+    for name in claim_rows(card):
+        row = card.method_row(name)
+        if row.registry_name == name and not row.options:
+            entries.append(name)
+        else:
+            entries.append({"name": name, "method": row.registry_name, "options": row.options})
+    labels = {claim.setting for claim in card.claims}
+    suite["methods"], suite["references"] = entries, []
+    suite["tasks"] = [task for task in suite["tasks"] if task.get("label") in labels]
+    if seeds is not None:
+        suite["seeds"] = suite["seeds"][:seeds]
+    try:
+        return expand_suite(suite, path)
+    except SuiteError as err:
+        raise ReproduceError(str(err)) from None
+
+
+def recorded(sources: list[Path]) -> set[str]:
+    """The names of the finished runs the records hold."""
+    from creditbench.leaderboard.collect import collect_runs
+    from creditbench.leaderboard.files import RunFormatError
+
+    if not sources:
+        return set()
+    try:
+        table, _ = collect_runs(sources)
+    except (FileNotFoundError, RunFormatError) as err:
+        raise ReproduceError(f"--records: {err}") from None
+    if table.empty:
+        return set()
+    return {Path(str(name)).name for name in table.loc[table["kind"] == "run", "run"]}
+
+
+def reproduce_claims(
+    card: Card,
+    *,
+    results: Path,
+    records: list[str] | None = None,
+    seeds: int | None = None,
+    workers: int | None = None,
+    dry_run: bool = False,
+    reps: int = 2000,
+) -> int:
+    """Check ``card``'s claims on the standard suite (module doc); the exit code."""
+    from creditbench.harness.bench import _prepare_base_policies, _run_workers, run_config
+    from creditbench.harness.bench_plan import (
+        describe_plan,
+        estimate_seconds,
+        longest_first,
+        measured_seconds,
+    )
+    from creditbench.harness.config import ConfigError
+    from creditbench.harness.records.rundir import RunDir, atomic_write_text
+    from creditbench.harness.training.trainer import Trainer
+    from creditbench.leaderboard.claims import claims_table, judge, tally
+
+    if not card.claims:
+        raise ReproduceError(
+            f"{card.id}: the card lists no claims the testbed can test; "
+            "--minutes N runs its cpu_scale recipe for a look at the ordering"
+        )
+    if records is None:
+        sources = [DEFAULT_RECORDS] if DEFAULT_RECORDS.exists() else []
+    else:
+        sources = [Path(s) for s in records]
+        for source in sources:
+            if not source.exists():
+                raise ReproduceError(f"--records: {source} does not exist")
+    runs = claim_runs(card, seeds)
+    in_records = recorded(sources)
+    finished = {r.name for r in runs if RunDir(results / r.name).is_finished()}
+    pending = [r for r in runs if r.name not in in_records | finished]
+    estimates = estimate_seconds(runs, measured_seconds([results, *sources]))
+    pending = longest_first(pending, estimates)
+    workers = workers or 2
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    where = ", ".join(str(s) for s in sources) or f"none (none given, none at {DEFAULT_RECORDS})"
+    found = sum(r.name in in_records for r in runs)
+    print(
+        f"{card.id}: {len(card.claims)} claims on the {SUITE} suite: {len(runs)} runs, "
+        f"{found} in the records ({where}), {len(finished)} finished in {results}, "
+        f"{len(pending)} to run"
+    )
+    if dry_run:
+        for run in pending:
+            expected = estimates.get(run.name)
+            shown = f"{expected / 60:6.1f} min" if expected is not None else "  not measured"
+            print(f"  [   run] {shown}  {run.name}")
+        print(describe_plan(pending, estimates, workers))
+        return 0
+    failed: list[str] = []
+    if pending:
+        trainers = []
+        for run in pending:
+            try:
+                trainers.append(Trainer(run_config(run, results)))
+            except ConfigError as err:
+                raise ReproduceError(f"run {run.name}: {err}") from None
+        _prepare_base_policies(trainers)
+        from tqdm.auto import tqdm
+
+        failed = _run_workers(pending, results, workers, threads, 0, tqdm)
+    from creditbench.leaderboard.collect import collect_runs
+
+    table, _ = collect_runs([*sources, results] if results.exists() else sources)
+    verdicts = [judge(card.id, claim, table, reps=reps) for claim in card.claims]
+    report = "\n".join(
+        [
+            f"# {card.title}: the claims on the testbed",
+            "",
+            f"The {SUITE} suite's runs of {', '.join(claim_rows(card))}; records: {where}; "
+            f"new runs: {results}.",
+            "",
+            f"**{tally(verdicts)}.**",
+            "",
+            claims_table(verdicts, with_card=False),
+            "",
+        ]
+    )
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"claims_{card.id}.md"
+    atomic_write_text(path, report)
+    print("\n" + report)
+    print(path)
+    if failed:
+        logs = ", ".join(str(results / "logs" / f"{name}.log") for name in failed)
+        print(f"{len(failed)} runs failed; logs: {logs}")
+        return 1
+    return 0

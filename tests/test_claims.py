@@ -1,0 +1,238 @@
+"""The papers' claims read from records: the verdict follows the claim rule, a claim finds
+only its own rows' runs in its own setting, and `creditbench claims` writes the page."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from creditbench.harness.cli.main import main
+from creditbench.leaderboard.claims import (
+    CONTRADICTED,
+    NOT_RESOLVED,
+    REPRODUCED,
+    claims_table,
+    judge,
+    row_seeds,
+)
+from creditbench.reference.cards import CardError, Claim, load_card
+from tests.fake_runs import make_run
+from tests.test_cards import minimal_card, write
+
+HARD = "chain-hard-steps=10-slip_rate=0.1"
+EASY = "chain-easy-steps=8"
+
+
+def table(gaps: dict[str, list[float]], setting: str = HARD, base: float = 0.3) -> pd.DataFrame:
+    """Run rows of GRPO (AUC ``base`` + 0.01 per seed) and of each row name in ``gaps``
+    (GRPO's AUC plus its gap at each seed), named as the bench names them."""
+    rows = []
+    n = max(len(g) for g in gaps.values())
+    for seed in range(n):
+        grpo = base + 0.01 * seed
+        rows.append({"run": f"{setting}-grpo-s{seed}", "auc": grpo})
+        for row, gap in gaps.items():
+            if seed < len(gap):
+                rows.append({"run": f"{setting}-{row}-s{seed}", "auc": grpo + gap[seed]})
+    frame = pd.DataFrame(rows)
+    frame["kind"] = "run"
+    frame["auc_sampled_accuracy"] = frame["auc"]
+    frame["final_sampled_accuracy"] = frame["auc"]
+    return frame
+
+
+def claim(method: str = "oppo", baseline: str = "grpo", setting: str = "hard") -> Claim:
+    return Claim("A ahead of B", method, baseline, "+3.1", "Table 1", "paper", True, setting)
+
+
+def test_a_gain_beyond_noise_at_enough_seeds_reproduces_the_claim():
+    rng = np.random.default_rng(0)
+    verdict = judge("card", claim(), table({"oppo": list(0.05 + 0.01 * rng.standard_normal(8))}))
+    assert verdict.verdict == REPRODUCED
+    assert verdict.gain.pairs == 8 and verdict.gain.ahead == 8
+    assert verdict.gain.low > 0 and verdict.gain.t_low > 0
+
+
+def test_a_loss_beyond_noise_contradicts_it():
+    verdict = judge("card", claim(), table({"oppo": [-0.04, -0.05, -0.03, -0.06, -0.04]}))
+    assert verdict.verdict == CONTRADICTED and verdict.gain.ahead == 0
+
+
+@pytest.mark.parametrize(
+    "gaps, why",
+    [
+        ([0.05, 0.06, 0.04], "3 seed pairs, fewer than 5"),
+        ([0.05, -0.06, 0.04, -0.05, 0.01, -0.02], "the intervals include 0"),
+    ],
+)
+def test_too_few_seeds_or_an_interval_across_zero_resolves_nothing(gaps, why):
+    verdict = judge("card", claim(), table({"oppo": gaps}))
+    assert (verdict.verdict, verdict.why) == (NOT_RESOLVED, why)
+
+
+def test_missing_runs_are_named():
+    verdict = judge("card", claim(method="prime", baseline="rloo"), table({"oppo": [0.1] * 5}))
+    assert verdict.verdict == NOT_RESOLVED and verdict.gain is None
+    assert verdict.why == "no runs of prime and rloo in the hard setting"
+
+
+def test_a_claim_reads_only_its_setting_and_its_own_row():
+    hard = table({"oppo": [0.05] * 5, "dapo_oppo": [-0.2] * 5})
+    easy = table({"oppo": [-0.2] * 5}, setting=EASY)
+    both = pd.concat([hard, easy], ignore_index=True)
+    # dapo_oppo's runs end in "_oppo-s<k>", not "-oppo-s<k>": they are not OPPO's
+    assert row_seeds(both, "hard", "oppo", "auc").tolist() == pytest.approx(
+        [0.35, 0.36, 0.37, 0.38, 0.39]
+    )
+    assert judge("card", claim(), both).verdict == REPRODUCED
+    assert judge("card", claim(setting="easy"), both).verdict == CONTRADICTED
+    assert judge("card", claim(method="dapo_oppo"), both).verdict == CONTRADICTED
+
+
+def test_the_table_gives_the_paper_number_the_interval_and_the_verdict():
+    verdicts = [
+        judge("oppo", claim(), table({"oppo": [0.05] * 5})),
+        judge("oppo", claim(method="prime"), table({"oppo": [0.05] * 5})),
+    ]
+    lines = claims_table(verdicts).splitlines()
+    assert lines[0].startswith("| card | claim | setting | paper's number")
+    assert (
+        "| oppo | A ahead of B | hard | +3.1 (Table 1; paper) | +0.050 [+0.050, +0.050]"
+        in (lines[2])
+    )
+    assert lines[2].endswith("5/5 | reproduced |")
+    assert lines[3].endswith("| n/a | not resolved (no runs of prime in the hard setting) |")
+
+
+def claim_card() -> dict:
+    data = copy.deepcopy(minimal_card())
+    data["methods"].append({"name": "dapo", "registered": True, "role": "proposed"})
+    data["claims"] = [
+        {
+            "claim": "DAPO ahead of GRPO",
+            "method": "dapo",
+            "baseline": "grpo",
+            "paper": "+5 points",
+            "source": "Table 2",
+            "tag": "paper",
+        }
+    ]
+    return data
+
+
+def test_a_card_carries_its_claims(tmp_path):
+    card = load_card(write(tmp_path, claim_card()))
+    (only,) = card.claims
+    assert (only.method, only.baseline, only.setting, only.verified) == (
+        "dapo",
+        "grpo",
+        "hard",
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("method", "newmethod", "claims[0].method: 'newmethod' is not a registered row"),
+        ("baseline", "dapo", "claims[0].baseline: must differ from the claim's method"),
+        ("setting", "medium", "claims[0].setting: expected one of hard, easy"),
+        ("tag", "rumour", "claims[0].tag: expected one of paper, code, inferred"),
+        ("paper", "", "claims[0].paper: expected a non-empty string"),
+    ],
+)
+def test_a_malformed_claim_names_its_field(tmp_path, field, value, message):
+    data = claim_card()
+    data["claims"][0][field] = value
+    with pytest.raises(CardError, match=r"^bad\.yaml: ") as caught:
+        load_card(write(tmp_path, data))
+    assert message in str(caught.value)
+
+
+def test_the_claims_command_writes_the_page_from_records(tmp_path, capsys):
+    for seed in range(5):
+        for method in ("grpo", "dapo"):
+            make_run(tmp_path / "runs", f"{HARD}-{method}-s{seed}", method, seed)
+    out = tmp_path / "claims.md"
+    assert main(["claims", str(tmp_path / "runs"), "--card", "dapo", "--out", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert page.startswith("# The papers' claims on the testbed")
+    dapo_rows = [line for line in page.splitlines() if line.startswith("| dapo |")]
+    assert dapo_rows and any(line.endswith("| reproduced |") for line in dapo_rows)
+
+
+def test_the_claims_command_refuses_an_unknown_card(tmp_path, capsys):
+    assert main(["claims", str(tmp_path), "--card", "nope"]) == 2
+    assert "--card: no card 'nope'" in capsys.readouterr().err
+
+
+STANDARD_HARD = "chain-hard-steps=10-slip_rate=0.1-weak_slip_rate=0.3-direct_slip_rate=0.65"
+
+
+def test_reproduce_runs_only_the_standard_runs_the_records_lack(tmp_path, capsys):
+    from creditbench.harness.reproduce.claims import reproduce_claims
+
+    card = load_card(write(tmp_path, claim_card()))
+    records = tmp_path / "standard"
+    for seed in range(10):
+        make_run(records, f"{STANDARD_HARD}-grpo-s{seed}", "grpo", seed)
+    for seed in range(6):
+        make_run(records, f"{STANDARD_HARD}-dapo-s{seed}", "dapo", seed)
+    results = tmp_path / "mine"
+    code = reproduce_claims(card, results=results, records=[str(records)], dry_run=True, reps=200)
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "20 runs, 16 in the records" in out and "4 to run" in out
+    listed = [line.split()[-1] for line in out.splitlines() if line.startswith("  [   run]")]
+    assert listed == [f"{STANDARD_HARD}-dapo-s{seed}" for seed in (6, 7, 8, 9)]
+    assert not results.exists()  # a dry run writes nothing
+
+    for seed in range(6, 10):  # the missing runs, as if trained here
+        make_run(results, f"{STANDARD_HARD}-dapo-s{seed}", "dapo", seed)
+    code = reproduce_claims(card, results=results, records=[str(records)], reps=200)
+    report = (results / "claims_bad.md").read_text(encoding="utf-8")
+    assert code == 0 and "0 to run" in capsys.readouterr().out
+    (row,) = [line for line in report.splitlines() if line.startswith("| DAPO ahead of GRPO")]
+    assert row.endswith("10/10 | reproduced |")
+
+
+def test_reproduce_refuses_records_that_do_not_exist(tmp_path):
+    from creditbench.harness.reproduce.claims import reproduce_claims
+    from creditbench.harness.reproduce.recipe import ReproduceError
+
+    card = load_card(write(tmp_path, claim_card()))
+    with pytest.raises(ReproduceError, match="--records: .*nowhere does not exist"):
+        reproduce_claims(card, results=tmp_path / "r", records=[str(tmp_path / "nowhere")])
+
+
+def test_every_card_claim_is_a_run_of_the_standard_suite():
+    """Each claim's rows expand into the standard suite's runs (ten seeds each), under the
+    leaderboard's own run names where the row is a registered method without options."""
+    from creditbench.harness.reproduce.claims import claim_rows, claim_runs
+    from creditbench.reference.cards import load_cards
+
+    cards = [card for card in load_cards().values() if card.claims]
+    assert len(cards) >= 10
+    for card in cards:
+        runs = claim_runs(card)
+        settings = {claim.setting for claim in card.claims}
+        assert len(runs) == 10 * len(claim_rows(card)) * len(settings), card.id
+        assert {run.entry for run in runs} == set(claim_rows(card)), card.id
+
+
+def test_reproduce_oppo_plans_its_claims_with_the_teacher_row_under_its_own_name(tmp_path, capsys):
+    from creditbench.harness.reproduce.claims import claim_rows, reproduce_claims
+    from creditbench.reference.cards import load_cards
+
+    card = load_cards()["oppo"]
+    code = reproduce_claims(
+        card, results=tmp_path / "r", records=[], seeds=1, dry_run=True, reps=100
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    listed = {line.split()[-1] for line in out.splitlines() if line.startswith("  [   run]")}
+    assert f"{STANDARD_HARD}-oppo_teacher-s0" in listed
+    assert f"{STANDARD_HARD}-grpo-s0" in listed and len(listed) == len(claim_rows(card))

@@ -1,0 +1,75 @@
+"""The home page's headline is computed from the leaderboard's committed records: the board's
+own figure of the hard setting and sentences from its intervals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from creditbench.leaderboard import render
+from creditbench.leaderboard.headline import (
+    END,
+    START,
+    HeadlineError,
+    current,
+    headline_block,
+    rewrite,
+)
+from tests.fake_runs import make_run
+
+ROOT = Path(__file__).resolve().parents[1]
+HARD = "chain-hard-steps=10-slip_rate=0.1"
+
+
+def board(tmp_path) -> Path:
+    runs = tmp_path / "standard"
+    for seed in range(5):
+        for method in ("grpo", "oracle", "dapo"):
+            make_run(runs, f"{HARD}-{method}-s{seed}", method, seed)
+        make_run(runs, f"chain-easy-steps=8-rloo-s{seed}", "rloo", seed)  # not the hard setting
+    render(runs, reps=200)
+    return runs
+
+
+def test_the_block_shows_the_boards_figure_the_verdict_and_the_positions(tmp_path):
+    runs = board(tmp_path)
+    block = headline_block(runs / "runs.csv", board=str(runs), reps=200)
+    assert block.startswith(START) and block.endswith(END)
+    figure = block.split("](", 1)[1].split(")", 1)[0]
+    assert Path(figure).is_file() and Path(figure).name.startswith("gain_forest-")
+    assert "3 methods, up to 5 seeds" in block  # the easy setting's RLOO is not in it
+    assert "Ahead of GRPO in AUC (both 95% intervals above zero): dapo (+0.050" in block
+    assert "Oracle credit, the reference, is ahead of GRPO" in block
+    # dapo gains 0.1 where the oracle gains 0.3 at every seed: a third of the way
+    assert "dapo +0.33 [+0.33, +0.33]" in block
+
+
+def test_rewrite_replaces_only_the_marked_block():
+    page = f"# Home\n\nintro\n\n{START}\nold\n{END}\n\nrest\n"
+    new = rewrite(page, f"{START}\nnew\n{END}")
+    assert new == f"# Home\n\nintro\n\n{START}\nnew\n{END}\n\nrest\n"
+    assert current(new) == f"{START}\nnew\n{END}"
+    with pytest.raises(HeadlineError, match="exactly one pair"):
+        rewrite("no markers", "x")
+
+
+def test_records_without_the_hard_setting_give_no_headline(tmp_path):
+    runs = tmp_path / "runs"
+    make_run(runs, "chain-easy-steps=8-grpo-s0", "grpo", 0)
+    with pytest.raises(HeadlineError, match="no finished run of the hard setting"):
+        headline_block(runs)
+
+
+def test_the_home_page_headline_is_the_one_its_committed_records_give():
+    """With the standard board committed, the home page's block is recomputed from its
+    records and must match; before it exists, the page shows no computed headline."""
+    page = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    records = ROOT / "docs" / "results" / "standard" / "runs.csv"
+    if not records.exists():
+        assert current(page) is None, "a computed headline without the records it comes from"
+        return
+    expected = headline_block(records, reps=2000)
+    assert current(page) == expected, "rerun scripts/home_headline.py"
+    figure = expected.split("](", 1)[1].split(")", 1)[0]
+    assert (ROOT / "docs" / figure).is_file()

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .contract import ALL_GROUPS, STEP_TRUTH_KEYS, GroupFilter, Services
+from .contract import ALL_GROUPS, STEP_TRUTH_KEYS, GroupFilter, Reduction, Services
 from .core import (
     AGG_MODES,
     ClipConfig,
@@ -181,6 +181,11 @@ class CreditMethod:
         needs_reference_model: `advantages` scores with ``model="reference"`` (the frozen
             initial policy); the harness then keeps one, whatever ``train.reference_model``
             says.
+        reduces_to: the options under which the method's advantages are another method's
+            (`methods.contract.Reduction`); the conformance suite checks each.
+        opt_outs: ``{check: why}`` for a meaning check of the conformance suite the method
+            cannot promise (``"direction"``: a passed response never gets less summed credit
+            than a failed one of its group), with the reason, shown when the check is skipped.
     """
 
     name: ClassVar[str] = ""
@@ -194,6 +199,8 @@ class CreditMethod:
     needs_behaviour_logprobs: ClassVar[bool] = True
     needs_behaviour_entropy: ClassVar[bool] = False
     needs_reference_model: ClassVar[bool] = False
+    reduces_to: ClassVar[tuple[Reduction, ...]] = ()
+    opt_outs: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
         self.config = config if config is not None else self.config_class(overrides)(**overrides)

@@ -139,6 +139,26 @@ class GroupFilter:
 
 
 # --------------------------------------------------------------------------------------------
+# What a method's credit means: the promises the conformance suite checks
+# --------------------------------------------------------------------------------------------
+
+DIRECTION = "direction"  # an opt-out key: a passed response gets at least a failed one's credit
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """Options under which a method's advantages are another registered method's (``target``,
+    with its defaults): TEMPO with ``td_weight`` 0 is GRPO. ``source`` says where the reduction
+    is stated (the paper's section, or "ours"). The conformance suite checks that the two
+    agree there, and that the method's defaults differ from the target somewhere, so a method
+    that ignores its own knob is caught."""
+
+    target: str
+    options: Mapping[str, object]
+    source: str
+
+
+# --------------------------------------------------------------------------------------------
 # The services
 # --------------------------------------------------------------------------------------------
 

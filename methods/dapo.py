@@ -57,7 +57,7 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig, Services
-from .contract import ALL_GROUPS, MIXED_GROUPS, GroupFilter
+from .contract import ALL_GROUPS, MIXED_GROUPS, GroupFilter, Reduction
 from .core import (
     RolloutBatch,
     broadcast_to_tokens,
@@ -155,6 +155,9 @@ class DAPO(CreditMethod):
     summary = "clip-higher, token-mean loss, dynamic sampling and soft overlong punishment"
     paper = "DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv 2503.14476)"
     Config = DAPOConfig
+    # Without the overlong punishment DAPO's advantage is GRPO's group score (its other parts
+    # act on the rollout and the loss): §3.1-3.4 of the paper
+    reduces_to = (Reduction("grpo", {"overlong_shaping": False}, "DAPO §3: Eq. 8's advantage"),)
     needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: DAPOConfig
 

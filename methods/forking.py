@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from .base import Services
-from .contract import BEHAVIOUR_ENTROPY
+from .contract import BEHAVIOUR_ENTROPY, Reduction
 from .core import RolloutBatch
 from .dapo import DAPO, DAPOConfig
 from .registry import register_method
@@ -84,6 +84,8 @@ class ForkingTokens(DAPO):
         "Learning for LLM Reasoning (arXiv 2506.01939)"
     )
     Config = ForkingConfig
+    # ρ = 1 keeps every token's credit: DAPO on all tokens, the paper's baseline (Table 2)
+    reduces_to = (Reduction("dapo", {"rho": 1.0}, "the 100% row of the paper's Table 2"),)
     group_local = False  # τ_ρ is a quantile of the whole batch's entropies
     needs_behaviour_entropy = True
     config: ForkingConfig

@@ -58,7 +58,7 @@ from torch import Tensor
 
 from .base import check_fields
 from .compose import HostedCredit
-from .contract import Services
+from .contract import Reduction, Services
 from .core import RolloutBatch, group_mean_std, masked_whiten
 from .dapo import DAPO, DAPOConfig
 from .grpo import GRPO, GRPOConfig
@@ -216,6 +216,11 @@ class OPPO(HostedCredit):
         "(arXiv 2605.21851)"
     )
     Config = OPPOConfig
+    # base_mix = 1 keeps the host's own advantage only (ours: the option's end point)
+    reduces_to = (
+        Reduction("grpo", {"base_mix": 1.0}, "ours: Â = 1·A_base + 0·Â"),
+        Reduction("dapo", {"base": "dapo", "base_mix": 1.0}, "ours: on DAPO, DAPO's A_base"),
+    )
     hosts = {"grpo": (GRPO, OPPOConfig), "dapo": (DAPO, OPPOOnDAPOConfig)}
     config: OPPOConfig | OPPOOnDAPOConfig
 

@@ -56,6 +56,7 @@ from torch import Tensor
 from .base import CreditMethod
 from .contract import (
     AFTER_WRONG_MASK,
+    DIRECTION,
     FILLER_MASK,
     FIRST_WRONG_MASK,
     PROBLEM_INDEX,
@@ -171,6 +172,13 @@ class Oracle(CreditMethod):
     summary = "exact step credit V(s_k+1) - V(s_k) from uncharged value estimates (reference)"
     paper = "none of its own: exact step credit with VinePPO's estimator (arXiv 2410.01679)"
     Config = OracleConfig
+    # Its credit is per step and every token of a step carries it, so a response's token sum
+    # weighs its steps by their lengths (the per-step sum is R - V(s_0), ordered by R).
+    opt_outs = {
+        DIRECTION: "every token of a step gets the step's value change, so a failed response "
+        "whose right steps are long can sum to more than a short passed one; its step sums "
+        "R - V(s_0) are ordered by R (tests/test_oracle.py)"
+    }
     needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: OracleConfig
     reference = True

@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig, check_fields
-from .contract import Services
+from .contract import DIRECTION, Services
 from .core import RolloutBatch, group_mean_std, masked_mean
 from .registry import register_method
 from .reinforce_pp import outcome_token_rewards, reinforce_pp_advantages
@@ -193,6 +193,11 @@ class PRIME(CreditMethod):
     summary = "process rewards from an implicit reward model trained online on the outcomes"
     paper = "Process Reinforcement through Implicit Rewards (arXiv 2502.01456)"
     Config = PRIMEConfig
+    opt_outs = {
+        DIRECTION: "the implicit reward model's process returns are added to the outcome's at "
+        "equal weight (normalised by the batch's largest |return|, as both codes do), so a "
+        "failed response the reward model rates well can out-credit a passed one (Eq. 5)"
+    }
     group_local = False  # the advantages are whitened over the whole batch
     needs_behaviour_logprobs = False  # its advantages never read them
     needs_reference_model = True

@@ -55,6 +55,7 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, Services, check_fields
+from .contract import Reduction
 from .core import RolloutBatch, broadcast_to_tokens, group_mean_std
 from .grpo import GRPOConfig, grpo_scores
 from .registry import register_method
@@ -209,6 +210,8 @@ class SCAPO(CreditMethod):
     paper = "Semifactual Credit-Augmented Policy Optimization (arXiv 2609.40360)"
     Config = SCAPOConfig
     config: SCAPOConfig
+    # Ã = A + λ·sg(u⁻): λ0 = 0 leaves GRPO's A (the paper's ablation without the penalty)
+    reduces_to = (Reduction("grpo", {"lambda0": 0.0}, "SCAPO's Ã with λ0 = 0, §3"),)
     decoding_variants = REWRITES  # the drift filter of §2 (``creditbench eval --decode-with``)
 
     def decoding_mask(self, logp0: Tensor, logpk: Tensor, eos_id: int, threshold: float) -> Tensor:

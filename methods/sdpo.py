@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig, check_fields, kl_penalty, loss_normalizers
-from .contract import Services, method_extra
+from .contract import DIRECTION, Services, method_extra
 from .core import (
     Normalizers,
     RolloutBatch,
@@ -162,6 +162,12 @@ class SDPO(CreditMethod):
     summary = "self-distillation: the policy shown a successful sibling is the token teacher"
     paper = "Reinforcement Learning via Self-Distillation (arXiv 2601.20802)"
     Config = SDPOConfig
+    opt_outs = {
+        DIRECTION: "its advantage is the self-teacher's log-ratio on the responses that have a "
+        "successful sibling (Prop. 2.1), a distillation target rather than a push along the "
+        "reward: a failed response's tokens the teacher agrees with get positive credit, and "
+        "a passed response without another successful sibling gets none"
+    }
     config: SDPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from .base import check_fields
-from .contract import Services
+from .contract import Reduction, Services
 from .core import RolloutBatch
 from .grpo import GRPO, GRPOConfig, grpo_scores
 from .prefix_tree import child_counts, node_values, response_tree
@@ -117,6 +117,8 @@ class TEMPO(GRPO):
     )
     Config = TEMPOConfig
     config: TEMPOConfig
+    # Eq. of the module doc: A = GRPO's score + λ·(TD corrections), so λ = 0 leaves GRPO's
+    reduces_to = (Reduction("grpo", {"td_weight": 0.0}, "TEMPO's advantage with λ = 0"),)
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         scores = grpo_scores(batch.rewards, batch.group_ids, self.config)

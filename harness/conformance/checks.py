@@ -18,8 +18,9 @@ import sys
 
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import assume, find, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
 from torch import Tensor
 
 from creditbench.harness.conformance.fakes import FakeServices
@@ -47,12 +48,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @functools.cache
-def batches_for(name: str, min_groups: int = 1) -> st.SearchStrategy[RolloutBatch]:
-    """Batches a method can take: with extras if it reads them, with or without otherwise."""
+def batches_for(
+    name: str, min_groups: int = 1, binary: bool = False
+) -> st.SearchStrategy[RolloutBatch]:
+    """Batches a method can take: with extras if it reads them, with or without otherwise;
+    with ``binary``, pass/fail rewards only."""
     cls = get_method(name)
     extras = True if cls.requires_extras else None
     return rollout_batches(
-        extras=extras, entropy=cls.needs_behaviour_entropy, min_groups=min_groups
+        extras=extras, entropy=cls.needs_behaviour_entropy, min_groups=min_groups, binary=binary
     )
 
 
@@ -206,6 +210,95 @@ def test_a_declared_group_filter_is_what_the_rollout_does(name: str, seed: int) 
 
     if any(mixed(group) for group in drawn):
         assert all(mixed(group) for group in returned), "an unmixed group was kept"
+
+
+def response_sums(adv: Tensor, batch: RolloutBatch) -> Tensor:
+    """``[B]`` each response's advantages summed over its tokens."""
+    return (adv * batch.response_mask).sum(-1)
+
+
+@given(data=st.data())
+def test_direction_a_passed_response_gets_more_credit(name: str, data: st.DataObject) -> None:
+    """In every group of pass/fail outcomes that differ, no response with the group's best
+    outcome (the method's own, after its reward shaping: DAPO's overlong punishment) gets a
+    smaller response-summed advantage than one with its worst: the method pushes towards what
+    the verifier prefers. Ties are allowed (a method may leave a response's tokens out, as the
+    forking-token rule does); a flipped sign is not. A method that cannot promise this says why
+    in ``opt_outs["direction"]``."""
+    cls = get_method(name)
+    if "direction" in cls.opt_outs:
+        pytest.skip(f"{name}: {cls.opt_outs['direction']}")
+    batch = data.draw(batches_for(name, binary=True))
+    method = cls()
+    services = FakeServices()
+    sums = response_sums(method.advantages(batch, services), batch)
+    outcomes = method.outcome_rewards(batch, services)
+    for group in batch.group_ids.unique():
+        rows = batch.group_ids == group
+        scored = outcomes[rows]
+        if scored.max() == scored.min():
+            continue
+        best = sums[rows][scored == scored.max()]
+        worst = sums[rows][scored == scored.min()]
+        assert float(best.min()) >= float(worst.max()) - 1e-5, (
+            f"{name} gives a response with the group's best outcome {float(scored.max()):g} a "
+            f"summed advantage of {float(best.min()):+.4g}, below the {float(worst.max()):+.4g} "
+            f"of one with its worst {float(scored.min()):g}: the update would push away from "
+            "what the verifier prefers. Check the sign of the advantages; a method whose credit "
+            'cannot promise this declares opt_outs = {"direction": "why"}'
+        )
+
+
+def reductions(name: str) -> list:
+    return list(get_method(name).reduces_to)
+
+
+@given(data=st.data())
+def test_reduction_a_declared_reduction_gives_the_targets_advantages(
+    name: str, data: st.DataObject
+) -> None:
+    """Under each `Reduction` it declares, the method's advantages are its target's (with the
+    target's defaults) on every batch."""
+    declared = reductions(name)
+    if not declared:
+        pytest.skip(f"{name} declares no reduction to another method")
+    batch = data.draw(batches_for(name))
+    for reduction in declared:
+        reduced = get_method(name)(**dict(reduction.options))
+        target = get_method(reduction.target)()
+        try:
+            assert_same(
+                reduced.advantages(batch, FakeServices()), target.advantages(batch, FakeServices())
+            )
+        except AssertionError as err:
+            raise AssertionError(
+                f"{name} with {dict(reduction.options)} should give {reduction.target}'s "
+                f"advantages ({reduction.source}), but: {err}"
+            ) from None
+
+
+def test_reduction_the_defaults_differ_from_the_target(name: str) -> None:
+    """With its defaults the method's advantages differ from each declared target's on some
+    batch: a method that ignored the option it declares the reduction by would equal its
+    target everywhere."""
+    declared = reductions(name)
+    if not declared:
+        pytest.skip(f"{name} declares no reduction to another method")
+    for reduction in declared:
+
+        def differs(batch: RolloutBatch, target: str = reduction.target) -> bool:
+            mine = get_method(name)().advantages(batch, FakeServices())
+            theirs = get_method(target)().advantages(batch, FakeServices())
+            return not torch.allclose(mine, theirs, rtol=1e-4, atol=1e-5)
+
+        try:
+            find(batches_for(name), differs, settings=settings(max_examples=300, database=None))
+        except NoSuchExample:
+            raise AssertionError(
+                f"{name}'s defaults give {reduction.target}'s advantages on every batch tried: "
+                f"the options {dict(reduction.options)} it declares the reduction by change "
+                "nothing. Does the method read them?"
+            ) from None
 
 
 # --------------------------------------------------------------------------------------------

@@ -180,17 +180,19 @@ def rollout_batches(
     extras: bool | None = None,
     entropy: bool = False,
     vocab: int = VOCAB,
+    binary: bool = False,
 ) -> RolloutBatch:
     """Random valid batches: groups of one and unequal sizes, unequal lengths (>= 1 token),
-    0/1 or dyadic rewards, optional reference log-probs and step ids, and the step ground
-    truth of :data:`STEP_TRUTH_KEYS` (always with ``extras=True``, never with ``False``, either
-    way with ``None``); with ``entropy`` the behaviour entropy too; response ids from
+    0/1 or dyadic rewards (0/1 only with ``binary``: passed or failed, a verifier's
+    outcome), optional reference log-probs and step ids, and the step ground truth of
+    :data:`STEP_TRUTH_KEYS` (always with ``extras=True``, never with ``False``, either way
+    with ``None``); with ``entropy`` the behaviour entropy too; response ids from
     ``1..vocab - 1`` (see :func:`build_batch`)."""
     num_groups = draw(st.integers(min_groups, max_groups))
     group_size, length = st.integers(1, max_group_size), st.integers(1, max_len)
     sizes = [draw(group_size) for _ in range(num_groups)]
     lengths = [draw(length) for _ in range(sum(sizes))]
-    if draw(st.booleans()):
+    if binary or draw(st.booleans()):
         rewards = [float(draw(_BIT)) for _ in lengths]
     else:  # dyadic values: sums and means of a few of them are exact in float32
         rewards = [draw(_DYADIC) / 4 for _ in lengths]

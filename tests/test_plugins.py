@@ -328,3 +328,28 @@ def test_a_new_method_is_compared_against_committed_records_without_rerunning_th
     assert set(runs["setting"]) == {"default"}  # one config: compared as one setting
     page = (board / "leaderboard.md").read_text()
     assert f"| {names[0]} | 2 |" in page
+
+
+def test_a_plugin_beside_the_repository_leaves_its_own_tests_green(site: Path) -> None:
+    """The repository's tests that range over the registry (every method has a card, every
+    method a replay fixture, every method passes conformance) hold with a plugin installed:
+    they mean this package's methods; the plugin's own repository tests the plugin."""
+    install_walkthrough(site)
+    path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_cards.py::test_every_registered_method_is_named_by_a_card",
+            "tests/test_replay.py::test_every_registered_method_has_a_fixture",
+        ],
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -36,12 +36,13 @@ Deviations:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from .base import Services
-from .contract import BEHAVIOUR_ENTROPY
+from .contract import BEHAVIOUR_ENTROPY, Reduction
 from .core import RolloutBatch
 from .dapo import DAPO, DAPOConfig
 from .registry import register_method
@@ -144,7 +145,7 @@ class GTPO(DAPO):
     Config = GTPOConfig
     # α2 = 0 leaves ±α1 z-scored over tokens, which weighs a response by its length: not
     # DAPO's per-response score, so no reduction is declared (and DAPO's is not inherited)
-    reduces_to = ()
+    reduces_to: ClassVar[tuple[Reduction, ...]] = ()
     needs_behaviour_entropy = True
     config: GTPOConfig
 

@@ -52,6 +52,7 @@ Deviations:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -157,7 +158,9 @@ class DAPO(CreditMethod):
     Config = DAPOConfig
     # Without the overlong punishment DAPO's advantage is GRPO's group score (its other parts
     # act on the rollout and the loss): §3.1-3.4 of the paper
-    reduces_to = (Reduction("grpo", {"overlong_shaping": False}, "DAPO §3: Eq. 8's advantage"),)
+    reduces_to: ClassVar[tuple[Reduction, ...]] = (
+        Reduction("grpo", {"overlong_shaping": False}, "DAPO §3: Eq. 8's advantage"),
+    )
     needs_behaviour_logprobs = False  # its rollout and advantages never read them
     config: DAPOConfig
 

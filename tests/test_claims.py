@@ -8,6 +8,8 @@ import copy
 import numpy as np
 import pandas as pd
 import pytest
+from fake_runs import make_run
+from test_cards import minimal_card, write
 
 from creditbench.harness.cli.main import main
 from creditbench.leaderboard.claims import (
@@ -19,8 +21,6 @@ from creditbench.leaderboard.claims import (
     row_seeds,
 )
 from creditbench.reference.cards import CardError, Claim, load_card
-from tests.fake_runs import make_run
-from tests.test_cards import minimal_card, write
 
 HARD = "chain-hard-steps=10-slip_rate=0.1"
 EASY = "chain-easy-steps=8"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fake_runs import make_run
 
 from creditbench.leaderboard import render
 from creditbench.leaderboard.headline import (
@@ -16,7 +17,6 @@ from creditbench.leaderboard.headline import (
     headline_block,
     rewrite,
 )
-from tests.fake_runs import make_run
 
 ROOT = Path(__file__).resolve().parents[1]
 HARD = "chain-hard-steps=10-slip_rate=0.1"

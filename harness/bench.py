@@ -336,6 +336,7 @@ def run_suite(
         estimate_seconds,
         longest_first,
         measured_seconds,
+        minutes_text,
     )
     from creditbench.harness.config import ConfigError
     from creditbench.harness.records.rundir import RunDir, check_creatable
@@ -388,8 +389,7 @@ def run_suite(
                 if run.name in finished
                 else ("resume" if (results_dir / run.name / "config.yaml").exists() else "new")
             )
-            expected = estimates.get(run.name)
-            shown = f"{expected / 60:6.1f} min" if expected is not None else "  not measured"
+            shown = minutes_text(estimates.get(run.name))
             print(f"  [{state:>6}] {shown}  {run.name}")
         print(describe_plan(pending, estimates, workers))
         return 0

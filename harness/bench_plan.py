@@ -73,6 +73,11 @@ def estimate_seconds(runs: Sequence[Any], measured: dict[str, list[float]]) -> d
     return out
 
 
+def minutes_text(seconds: float | None) -> str:
+    """A run's expected wall time as the dry runs list it: ``  12.5 min`` or ``not measured``."""
+    return f"{seconds / 60:6.1f} min" if seconds is not None else "  not measured"
+
+
 def longest_first(runs: list[Any], estimates: dict[str, float]) -> list[Any]:
     """Runs without an estimate first (their time is news), then by expected time, longest
     first; ties keep the suite's order."""

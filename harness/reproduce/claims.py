@@ -15,7 +15,6 @@ and k of n seeds, and the verdict.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from creditbench.harness.reproduce.recipe import ReproduceError
@@ -87,16 +86,16 @@ def reproduce_claims(
     reps: int = 2000,
 ) -> int:
     """Check ``card``'s claims on the standard suite (module doc); the exit code."""
-    from creditbench.harness.bench import _prepare_base_policies, _run_workers, run_config
+    from creditbench.harness.bench import default_workers
     from creditbench.harness.bench_plan import (
         describe_plan,
         estimate_seconds,
         longest_first,
         measured_seconds,
+        minutes_text,
     )
-    from creditbench.harness.config import ConfigError
-    from creditbench.harness.records.rundir import RunDir, atomic_write_text
-    from creditbench.harness.training.trainer import Trainer
+    from creditbench.harness.records.rundir import RunDir
+    from creditbench.harness.reproduce.run import check_configs, publish, train
     from creditbench.leaderboard.claims import claims_table, judge, tally
 
     if not card.claims:
@@ -117,8 +116,7 @@ def reproduce_claims(
     pending = [r for r in runs if r.name not in in_records | finished]
     estimates = estimate_seconds(runs, measured_seconds([results, *sources]))
     pending = longest_first(pending, estimates)
-    workers = workers or 2
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    workers = workers or default_workers()[0]  # one run a core, as a quick look plans
     where = ", ".join(str(s) for s in sources) or f"none (none given, none at {DEFAULT_RECORDS})"
     found = sum(r.name in in_records for r in runs)
     print(
@@ -128,23 +126,11 @@ def reproduce_claims(
     )
     if dry_run:
         for run in pending:
-            expected = estimates.get(run.name)
-            shown = f"{expected / 60:6.1f} min" if expected is not None else "  not measured"
+            shown = minutes_text(estimates.get(run.name))
             print(f"  [   run] {shown}  {run.name}")
         print(describe_plan(pending, estimates, workers))
         return 0
-    failed: list[str] = []
-    if pending:
-        trainers = []
-        for run in pending:
-            try:
-                trainers.append(Trainer(run_config(run, results)))
-            except ConfigError as err:
-                raise ReproduceError(f"run {run.name}: {err}") from None
-        _prepare_base_policies(trainers)
-        from tqdm.auto import tqdm
-
-        failed = _run_workers(pending, results, workers, threads, 0, tqdm)
+    failed = train(pending, check_configs(pending, results), results, workers, 0)
     from creditbench.leaderboard.collect import collect_runs
 
     table, _ = collect_runs([*sources, results] if results.exists() else sources)
@@ -162,13 +148,4 @@ def reproduce_claims(
             "",
         ]
     )
-    results.mkdir(parents=True, exist_ok=True)
-    path = results / f"claims_{card.id}.md"
-    atomic_write_text(path, report)
-    print("\n" + report)
-    print(path)
-    if failed:
-        logs = ", ".join(str(results / "logs" / f"{name}.log") for name in failed)
-        print(f"{len(failed)} runs failed; logs: {logs}")
-        return 1
-    return 0
+    return publish(results, f"claims_{card.id}.md", report, failed)

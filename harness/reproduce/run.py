@@ -102,33 +102,68 @@ def existing_budget(runs, results: Path) -> dict[str, Any] | None:
     return None
 
 
-def execute(plan: Plan, results: Path) -> list[str]:
-    """Run every unfinished run of ``plan`` into ``results``; the names of the failed ones."""
-    from tqdm.auto import tqdm
+def threads_per_worker(workers: int) -> int:
+    """Torch threads for each of ``workers`` runs sharing this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // workers)
 
-    from creditbench.harness.bench import _prepare_base_policies, _run_workers, run_config
+
+def check_configs(runs, results: Path) -> dict[str, Any]:
+    """``{run name: Trainer}`` of ``runs``, every config checked before any worker starts."""
+    from creditbench.harness.bench import run_config
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.records.rundir import RunDir
     from creditbench.harness.training.trainer import Trainer
 
-    runs = runs_of(plan)
     trainers = {}
-    for run in runs:  # every config is checked before any worker starts
+    for run in runs:
         try:
             trainers[run.name] = Trainer(run_config(run, results))
         except ConfigError as err:
             raise ReproduceError(f"run {run.name}: {err}") from None
-    pending = [r for r in runs if not RunDir(results / r.name).is_finished()]
-    threads = max(1, (os.cpu_count() or 1) // plan.workers)
-    print(
-        f"{len(runs)} runs, {len(runs) - len(pending)} finished, {len(pending)} to run on "
-        f"{plan.workers} workers x {threads} threads -> {results}"
-    )
+    return trainers
+
+
+def train(pending, trainers: dict[str, Any], results: Path, workers: int, done: int) -> list[str]:
+    """Train ``pending`` (checked by :func:`check_configs`) into ``results`` on ``workers``
+    bench workers, after ``done`` finished ones; the names of the failed runs."""
+    from tqdm.auto import tqdm
+
+    from creditbench.harness.bench import _prepare_base_policies, _run_workers
+
     if not pending:
         return []
     _prepare_base_policies([trainers[r.name] for r in pending])
-    done = len(runs) - len(pending)
-    return _run_workers(pending, results, plan.workers, threads, done, tqdm)
+    return _run_workers(pending, results, workers, threads_per_worker(workers), done, tqdm)
+
+
+def execute(plan: Plan, results: Path) -> list[str]:
+    """Run every unfinished run of ``plan`` into ``results``; the names of the failed ones."""
+    from creditbench.harness.records.rundir import RunDir
+
+    runs = runs_of(plan)
+    trainers = check_configs(runs, results)
+    pending = [r for r in runs if not RunDir(results / r.name).is_finished()]
+    print(
+        f"{len(runs)} runs, {len(runs) - len(pending)} finished, {len(pending)} to run on "
+        f"{plan.workers} workers x {threads_per_worker(plan.workers)} threads -> {results}"
+    )
+    return train(pending, trainers, results, plan.workers, len(runs) - len(pending))
+
+
+def publish(folder: Path, file_name: str, report: str, failed: list[str]) -> int:
+    """Write ``report`` to ``folder/file_name``, print it and its path and any failed runs'
+    logs; the exit code (1 when a run failed)."""
+    from creditbench.harness.records.rundir import atomic_write_text
+
+    path = folder / file_name
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, report)
+    print("\n" + report)
+    print(path)
+    if failed:
+        logs = ", ".join(str(folder / "logs" / f"{name}.log") for name in failed)
+        print(f"{len(failed)} runs failed; logs: {logs}")
+        return 1
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,21 +279,11 @@ def reproduce(
         print("runs: " + ", ".join(run.name for run in runs))
         return 0
     failed = execute(plan, folder)
-    from creditbench.harness.records.rundir import atomic_write_text
     from creditbench.harness.reproduce.report import render_report
 
     names = {run.name: run.entry for run in runs}
     report = render_report(plan, folder, names, reps=reps, plan_lines=lines)
-    path = folder / f"reproduce_{card.id}.md"
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, report)
-    print("\n" + report)
-    print(path)
-    if failed:
-        logs = ", ".join(str(folder / "logs" / f"{name}.log") for name in failed)
-        print(f"{len(failed)} runs failed; logs: {logs}")
-        return 1
-    return 0
+    return publish(folder, f"reproduce_{card.id}.md", report, failed)
 
 
 def _write_engine_launch(plan: Plan, runs: list[Any], folder: Path, engine: str) -> int:

@@ -14,7 +14,10 @@ differed in the 5th to 9th significant digit between the fixtures' AVX2 machine 
 EPYC one (largest: 5.6e-5 relative, 1e-5 absolute), and no sampled token, count or accuracy
 did. A behaviour change moves a statistic far more than that.
 
-GRPO replays in the default suite; every other method in the slow step (about 45 s each).
+GRPO replays in the default suite; every other method in the slow step (about 30 s each on
+one core). The slow step starts the selected methods' child runs two at a time when its first
+replay test runs (:func:`replays`): the runs are single-threaded, so two of them use both of
+CI's cores and the step takes about half as long.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -36,6 +40,7 @@ from make_replay_fixtures import fixture_path, replay_records  # noqa: E402
 # for the statistics that are means near 0 (adv_mean of a centred advantage).
 REL_TOL, ABS_TOL = 1e-4, 1e-6
 METHODS = sorted(path.stem for path in FIXTURES.glob("*.jsonl"))
+PARALLEL_REPLAYS = 2  # child runs at once: each is one torch thread (CI has two cores)
 
 
 def differences(expected: dict, got: dict, where: str = "") -> list[str]:
@@ -58,11 +63,16 @@ def differences(expected: dict, got: dict, where: str = "") -> list[str]:
     return out
 
 
-def check_replay(method: str, tmp_path: Path) -> None:
+def check_replay(method: str, replayed: Future | Path) -> None:
+    """Compare the fixture of ``method`` with a replay: one run now in the folder ``replayed``,
+    or the records of one already started (a future of :func:`replays`)."""
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         pytest.skip("the fixtures were recorded on x86-64 AVX2 kernels, which this CPU lacks")
     expected = [json.loads(line) for line in fixture_path(method).read_text().splitlines()]
-    got = replay_records(method, tmp_path)
+    if isinstance(replayed, Path):
+        got = replay_records(method, replayed)
+    else:
+        got = replayed.result()
     assert len(got) == len(expected), f"{method}: {len(got)} records, fixture has {len(expected)}"
     for index, (a, b) in enumerate(zip(expected, got, strict=True)):
         assert not differences(a, b), f"{method} record {index}: {differences(a, b)[:8]}"
@@ -93,7 +103,28 @@ def test_grpo_replays(tmp_path):
     check_replay("grpo", tmp_path)
 
 
+@pytest.fixture(scope="module")
+def replays(request, tmp_path_factory):
+    """The replay runs of the methods this session selected for :func:`test_method_replays`,
+    started :data:`PARALLEL_REPLAYS` at a time in the order the tests will ask for them; each
+    test waits for its own. Leaving the module cancels the runs not yet started."""
+    selected = [
+        item.callspec.params["method"]
+        for item in request.session.items
+        if item.originalname == "test_method_replays"
+    ]
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        selected = []  # each test skips (check_replay): nothing to run
+    pool = ThreadPoolExecutor(max_workers=PARALLEL_REPLAYS)
+    futures = {
+        method: pool.submit(replay_records, method, tmp_path_factory.mktemp(f"replay-{method}"))
+        for method in selected
+    }
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", [m for m in METHODS if m != "grpo"])
-def test_method_replays(method, tmp_path):
-    check_replay(method, tmp_path)
+def test_method_replays(method, replays):
+    check_replay(method, replays[method])

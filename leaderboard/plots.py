@@ -110,8 +110,9 @@ def length_series(methods: pd.DataFrame) -> tuple[str, pd.DataFrame] | None:
     candidates: list[str] = sorted({k for d in pairs for k in d}, key=lambda k: (k != "steps", k))
     for name in candidates:
         values = pairs.map(lambda d, n=name: d.get(n))
+        # a group without the option has none (pandas may hold it as NaN, not None)
         numeric = values.map(
-            lambda v: v is not None and re.fullmatch(r"-?\d+(\.\d+)?", v) is not None
+            lambda v: isinstance(v, str) and re.fullmatch(r"-?\d+(\.\d+)?", v) is not None
         )
         if not numeric.any():
             continue

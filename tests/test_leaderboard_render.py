@@ -269,3 +269,25 @@ def test_reset_methods_carry_the_compute_matching_note(tmp_path, monkeypatch):
     render(root, tmp_path / "with", reps=50)
     text = (tmp_path / "with" / "leaderboard.md").read_text()
     assert "Compute matching of srpo: this table compares at equal FLOPs" in text
+
+
+def test_the_length_series_skips_groups_without_the_option():
+    """The hard setting has options the easy one lacks (pandas holds the missing values as NaN):
+    the series is still found where one option varies, and the others are left out."""
+    import pandas as pd
+
+    from creditbench.leaderboard.plots import length_series
+
+    methods = pd.DataFrame(
+        {
+            "options": ["steps=8", "steps=10", "slip_rate=0.1,steps=10", "default"],
+            "task": ["chain"] * 4,
+            "setting": ["a", "a", "b", "c"],
+            "method": ["grpo"] * 4,
+        }
+    )
+    name, frame = length_series(methods)
+    assert name == "steps"
+    assert sorted(frame.loc[frame["setting"] == "a", "option_value"]) == [8.0, 10.0]
+    # only slip_rate differs in "b"'s options from a setting of its own: no series of it
+    assert length_series(methods.iloc[2:]) is None

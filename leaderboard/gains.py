@@ -7,7 +7,8 @@ report and their prose all read gains, claims, positions and ranks from here:
 
 - **gain**: the mean gap, with the 95% percentile bootstrap interval of the mean over the seed
   pairs (resampled with replacement) and the 95% Student t interval, and k of n: the pairs in
-  which the method is ahead (a sign test's count).
+  which the method is ahead, with the two-sided exact sign test's p-value (tied pairs left
+  out).
 - **claim rule**: a method is *ahead* of GRPO where both intervals lie above 0 over at least
   :data:`MIN_PAIRS_FOR_A_CLAIM` pairs, *behind* where both lie below, and otherwise not told
   apart (``docs/testbed.md``, "The frozen protocol").
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.stats import binomtest
 
 from .stats import BASELINE, ORACLE, Interval, bootstrap_interval, t_interval
 
@@ -52,6 +54,16 @@ class Gain:
     t_high: float
     ahead: int
     pairs: int
+    behind: int = 0
+
+    @property
+    def sign_p(self) -> float:
+        """The two-sided exact sign test's p-value of ``ahead`` against ``behind`` (tied pairs
+        left out); 1.0 with no untied pair."""
+        untied = self.ahead + self.behind
+        if untied == 0:
+            return 1.0
+        return float(binomtest(self.ahead, untied, 0.5, alternative="two-sided").pvalue)
 
     @property
     def separates(self) -> bool:
@@ -65,7 +77,7 @@ class Gain:
 
     def columns(self, name: str) -> dict[str, float | int | bool]:
         """``{name: point, name_low, name_high, name_t_low, name_t_high, name_ahead,
-        name_pairs, name_separates, name_reversed}``."""
+        name_pairs, name_sign_p, name_separates, name_reversed}``."""
         return {
             name: self.point,
             f"{name}_low": self.low,
@@ -74,6 +86,7 @@ class Gain:
             f"{name}_t_high": self.t_high,
             f"{name}_ahead": self.ahead,
             f"{name}_pairs": self.pairs,
+            f"{name}_sign_p": self.sign_p,
             f"{name}_separates": self.separates,
             f"{name}_reversed": self.reversed,
         }
@@ -97,8 +110,8 @@ def gain(gaps, *, reps: int = 2000, seed: int = 0) -> Gain:
     values = values[np.isfinite(values)]
     boot: Interval = bootstrap_interval(values, reps=reps, seed=seed)
     student = t_interval(values)
-    ahead = int((values > 0).sum())
-    return Gain(boot.point, boot.low, boot.high, student.low, student.high, ahead, boot.n)
+    ahead, behind = int((values > 0).sum()), int((values < 0).sum())
+    return Gain(boot.point, boot.low, boot.high, student.low, student.high, ahead, boot.n, behind)
 
 
 def scale_position(

@@ -301,3 +301,12 @@ def test_learning_speed_is_compared_at_equal_trained_responses():
     assert auc["slow"] == pytest.approx((0.3 * 50 + 0.45 * 50) / 100)
     no_counts = pd.DataFrame(evals).drop(columns="responses_trained")
     assert with_response_auc(pd.DataFrame(runs), no_counts)["auc_responses"].isna().all()
+
+
+def test_the_sign_test_leaves_ties_out_and_is_two_sided():
+    found = gain([0.1, 0.2, 0.05, 0.3, 0.1, -0.02, 0.0])
+    assert (found.ahead, found.behind, found.pairs) == (5, 1, 7)
+    assert math.isclose(found.sign_p, 14 / 64)  # P(k <= 1 or k >= 5 of 6), k ~ Bin(6, 1/2)
+    assert math.isclose(gain([0.1] * 10).sign_p, 2 / 1024)
+    assert gain([0.0, 0.0]).sign_p == 1.0
+    assert found.columns("auc")["auc_sign_p"] == found.sign_p

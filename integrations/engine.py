@@ -144,8 +144,11 @@ def unsupported_reason(
         )
     if cls.needs_behaviour_logprobs:
         return "its credit reads the behaviour log-probs, which an advantage call is not given"
-    if cls.needs_behaviour_entropy:
-        return "its credit reads the behaviour entropy, which an advantage call is not given"
+    if cls.behaviour_statistics:
+        read = " and ".join(cls.behaviour_statistics)
+        return (
+            f"its credit reads the behaviour policy's {read}, which an advantage call is not given"
+        )
     if cls.needs_reference_model:
         return "its credit scores under a reference model"
     ids = torch.arange(48).reshape(8, 6) % 5  # no two responses of a group share a prefix

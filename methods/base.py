@@ -18,7 +18,14 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .contract import ALL_GROUPS, STEP_TRUTH_KEYS, GroupFilter, Reduction, Services
+from .contract import (
+    ALL_GROUPS,
+    BEHAVIOUR_STATISTICS,
+    STEP_TRUTH_KEYS,
+    GroupFilter,
+    Reduction,
+    Services,
+)
 from .core import (
     AGG_MODES,
     ClipConfig,
@@ -174,10 +181,11 @@ class CreditMethod:
             skips the scoring pass and takes the behaviour log-probs from the update's own
             first forward, as TRL does; until then ``old_logprobs`` hold NaN. The conformance
             suite checks a method that says False.
-        needs_behaviour_entropy: `rollout`, `advantages` or `loss_mask` read the behaviour
-            policy's entropy, :data:`methods.contract.BEHAVIOUR_ENTROPY` in ``batch.extras``;
-            the harness then computes it with the behaviour log-probs, in the same scoring
-            pass (which it never skips for such a method).
+        behaviour_statistics: the statistics of the behaviour policy's next-token distribution
+            that `rollout`, `advantages` or `loss_mask` read from ``batch.extras`` (of
+            `methods.contract.BEHAVIOUR_STATISTICS`: its entropy, its Σπ²); the harness then
+            computes them with the behaviour log-probs, in the same scoring pass (which it
+            never skips for such a method).
         needs_reference_model: `advantages` scores with ``model="reference"`` (the frozen
             initial policy); the harness then keeps one, whatever ``train.reference_model``
             says.
@@ -197,7 +205,7 @@ class CreditMethod:
     requires_extras: ClassVar[tuple[str, ...]] = ()
     decoding_variants: ClassVar[tuple[str, ...]] = ()
     needs_behaviour_logprobs: ClassVar[bool] = True
-    needs_behaviour_entropy: ClassVar[bool] = False
+    behaviour_statistics: ClassVar[tuple[str, ...]] = ()
     needs_reference_model: ClassVar[bool] = False
     reduces_to: ClassVar[tuple[Reduction, ...]] = ()
     opt_outs: ClassVar[Mapping[str, str]] = {}
@@ -207,6 +215,9 @@ class CreditMethod:
         unknown = [key for key in self.requires_extras if key not in STEP_TRUTH_KEYS]
         if unknown:
             raise ValueError(f"requires_extras: not step ground truth: {', '.join(unknown)}")
+        unknown = [key for key in self.behaviour_statistics if key not in BEHAVIOUR_STATISTICS]
+        if unknown:
+            raise ValueError(f"behaviour_statistics: not one the harness computes: {unknown}")
 
     @classmethod
     def config_class(cls, options: Mapping[str, Any] | None = None) -> type[LossConfig]:

@@ -98,9 +98,25 @@ BEHAVIOUR_ENTROPY = _declare(
         "behaviour_entropy",
         "[B, T]",
         "the behaviour policy's entropy (of the tempered distribution, in nats) at each response "
-        "token, from the scoring pass; on the batches of a method with needs_behaviour_entropy",
+        "token, from the scoring pass; on the batches of a method that lists it in "
+        "behaviour_statistics",
     )
 )
+
+BEHAVIOUR_SUM_PI_SQUARED = _declare(
+    ExtraKey(
+        "behaviour_sum_pi_squared",
+        "[B, T]",
+        "Σ_v π(v)² of the behaviour policy's tempered distribution at each response token (the "
+        "chance that two draws agree), from the scoring pass; on the batches of a method that "
+        "lists it in behaviour_statistics",
+    )
+)
+
+BEHAVIOUR_STATISTICS: tuple[ExtraKey, ...] = (BEHAVIOUR_ENTROPY, BEHAVIOUR_SUM_PI_SQUARED)
+"""Statistics of the behaviour policy's whole next-token distribution that the scoring pass
+computes beside the log-probs, for a method that lists them in
+``CreditMethod.behaviour_statistics``."""
 
 STEP_TRUTH_KEYS: tuple[ExtraKey, ...] = (
     FIRST_WRONG_MASK,

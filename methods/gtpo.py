@@ -146,7 +146,7 @@ class GTPO(DAPO):
     # α2 = 0 leaves ±α1 z-scored over tokens, which weighs a response by its length: not
     # DAPO's per-response score, so no reduction is declared (and DAPO's is not inherited)
     reduces_to: ClassVar[tuple[Reduction, ...]] = ()
-    needs_behaviour_entropy = True
+    behaviour_statistics = (BEHAVIOUR_ENTROPY,)
     config: GTPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

@@ -18,7 +18,7 @@ from creditbench.methods.grpo import GRPO
 from fakes import FakeServices
 from strategies import rollout_batches
 
-entropy_batches = rollout_batches(entropy=True)
+entropy_batches = rollout_batches(statistics=[BEHAVIOUR_ENTROPY])
 rhos = st.sampled_from([0.05, 0.2, 0.5, 0.8, 1.0])
 
 
@@ -108,7 +108,8 @@ def test_a_batch_without_entropy_and_a_bad_rho_are_refused():
     for rho in (0.0, 1.5, -0.2):
         with pytest.raises(ValueError, match="^rho:"):
             ForkingConfig(rho=rho)
-    assert ForkingTokens.needs_behaviour_entropy and not ForkingTokens.group_local
+    assert ForkingTokens.behaviour_statistics == (BEHAVIOUR_ENTROPY,)
+    assert not ForkingTokens.group_local
 
 
 def test_the_harness_hands_the_scoring_passes_entropy_to_a_method_that_needs_it(tmp_path):
@@ -129,7 +130,7 @@ def test_the_harness_hands_the_scoring_passes_entropy_to_a_method_that_needs_it(
     services = trainer.services
     services.begin_step(0)
     assert BEHAVIOUR_ENTROPY not in services.sample_batch().extras  # only when asked
-    services.begin_step(1, behaviour_entropy=True)
+    services.begin_step(1, behaviour_statistics=[BEHAVIOUR_ENTROPY])
     batch = services.sample_batch()
     with torch.no_grad():
         logprobs, entropy = token_logprobs_and_entropy(

@@ -17,7 +17,7 @@ from creditbench.methods.gtpo import (
 
 from strategies import rollout_batches
 
-entropy_batches = rollout_batches(entropy=True, binary=True)
+entropy_batches = rollout_batches(statistics=[BEHAVIOUR_ENTROPY], binary=True)
 
 
 def test_eq3_and_eq5_on_a_hand_example():

@@ -60,7 +60,7 @@ def batches_for(
     cls = get_method(name)
     extras = True if cls.requires_extras else None
     return rollout_batches(
-        extras=extras, entropy=cls.needs_behaviour_entropy, min_groups=min_groups, binary=binary
+        extras=extras, statistics=cls.behaviour_statistics, min_groups=min_groups, binary=binary
     )
 
 

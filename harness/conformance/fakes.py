@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from creditbench.harness.conformance.strategies import build_batch
-from creditbench.methods.contract import PROBLEM_INDEX
+from creditbench.methods.contract import BEHAVIOUR_STATISTICS, PROBLEM_INDEX
 from creditbench.methods.core import RolloutBatch
 
 
@@ -66,7 +66,8 @@ class FakeServices(StepServices):
         sizes = [4, 4, 1]
         lengths = torch.randint(1, 9, (sum(sizes),), generator=gen).tolist()
         rewards = (torch.rand(sum(sizes), generator=gen) < 0.5).float().tolist()
-        return build_batch(sizes, lengths, rewards, seed=self.seed + self.step, with_entropy=True)
+        seed = self.seed + self.step
+        return build_batch(sizes, lengths, rewards, seed=seed, statistics=BEHAVIOUR_STATISTICS)
 
     def score(self, batch: RolloutBatch, prompts: Any = None, model: str = "policy") -> Tensor:
         """Per-token log-probs ``[B, T]`` of the batch's responses, 0 where the mask is 0.

@@ -20,7 +20,13 @@ import torch
 from hypothesis import strategies as st
 from torch import Tensor
 
-from creditbench.methods.contract import BEHAVIOUR_ENTROPY, PROBLEM_INDEX, STEP_TRUTH_KEYS
+from creditbench.methods.contract import (
+    BEHAVIOUR_ENTROPY,
+    BEHAVIOUR_STATISTICS,
+    BEHAVIOUR_SUM_PI_SQUARED,
+    PROBLEM_INDEX,
+    STEP_TRUTH_KEYS,
+)
 from creditbench.methods.core import RolloutBatch
 
 VOCAB = 32
@@ -87,7 +93,7 @@ def build_batch(
     with_ref: bool = True,
     with_steps: bool = True,
     with_extras: bool = True,
-    with_entropy: bool = False,
+    statistics: Sequence[str] = (),
     shuffle_rows: bool = False,
     vocab: int = VOCAB,
 ) -> RolloutBatch:
@@ -100,8 +106,9 @@ def build_batch(
         seed: seeds every float and token id.
         width: padded width ``T`` (default: the longest response).
         group_labels: one id per group (default ``0, 1, ...``).
-        with_entropy: add a behaviour entropy (:data:`BEHAVIOUR_ENTROPY`, quarters in [0, 3),
-            so that some tie) to the extras.
+        statistics: behaviour statistics to add to the extras (of :data:`BEHAVIOUR_STATISTICS`):
+            an entropy in quarters in [0, 3), so that some tie; a Σπ² that the row's own
+            token's probability could have (between π² and π² + (1 - π)²).
         shuffle_rows: interleave the groups instead of keeping each group's rows adjacent.
         vocab: response token ids are drawn from ``1..vocab - 1``; a small one (3) makes the
             responses of a group share prefixes and part often, as a prefix tree needs.
@@ -139,10 +146,21 @@ def build_batch(
         extras = masks if with_extras else None
     if extras is not None:  # as a graded batch carries it: the problem of each row's group
         extras[PROBLEM_INDEX] = per_group.clone()
-    if with_entropy:
+    unknown = [key for key in statistics if key not in BEHAVIOUR_STATISTICS]
+    if unknown:
+        raise ValueError(f"statistics: not behaviour statistics: {unknown}")
+    if BEHAVIOUR_ENTROPY in statistics:
         own = torch.Generator().manual_seed(seed + 1)  # leaves every other draw as it was
         entropy = torch.randint(0, 12, (size, width), generator=own) / 4.0
         extras = {**(extras or {}), BEHAVIOUR_ENTROPY: entropy * response_mask}
+    if BEHAVIOUR_SUM_PI_SQUARED in statistics:
+        own = torch.Generator().manual_seed(seed + 2)
+        chosen = old_logprobs.exp()  # the rest of the mass, 1 - π, lies on the other tokens
+        rest = torch.rand(size, width, generator=own) * (1.0 - chosen).square()
+        extras = {
+            **(extras or {}),
+            BEHAVIOUR_SUM_PI_SQUARED: (chosen.square() + rest) * response_mask,
+        }
 
     batch = RolloutBatch(
         prompt_ids=prompt_ids[per_group],
@@ -178,7 +196,7 @@ def rollout_batches(
     max_group_size: int = 4,
     max_len: int = 6,
     extras: bool | None = None,
-    entropy: bool = False,
+    statistics: Sequence[str] = (),
     vocab: int = VOCAB,
     binary: bool = False,
 ) -> RolloutBatch:
@@ -186,7 +204,7 @@ def rollout_batches(
     0/1 or dyadic rewards (0/1 only with ``binary``: passed or failed, a verifier's
     outcome), optional reference log-probs and step ids, and the step ground truth of
     :data:`STEP_TRUTH_KEYS` (always with ``extras=True``, never with ``False``, either way
-    with ``None``); with ``entropy`` the behaviour entropy too; response ids from
+    with ``None``); the behaviour ``statistics`` named too; response ids from
     ``1..vocab - 1`` (see :func:`build_batch`)."""
     num_groups = draw(st.integers(min_groups, max_groups))
     group_size, length = st.integers(1, max_group_size), st.integers(1, max_len)
@@ -210,7 +228,7 @@ def rollout_batches(
         with_ref=draw(st.booleans()),
         with_steps=with_extras or draw(st.booleans()),
         with_extras=with_extras,
-        with_entropy=entropy,
+        statistics=statistics,
         shuffle_rows=draw(st.booleans()),
         vocab=vocab,
     )

@@ -25,12 +25,14 @@ model FLOPs whichever way they are computed.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from creditbench.harness.sampling.lean import distinct_contexts
 from creditbench.harness.sampling.rollout import autocast_for
+from creditbench.methods.contract import BEHAVIOUR_ENTROPY, BEHAVIOUR_SUM_PI_SQUARED
 
 
 def _cache_keyword(model) -> str:
@@ -178,6 +180,22 @@ def tempered_entropy(logits: Tensor, temperature: float, mask: Tensor) -> Tensor
         return -(log_p.exp() * log_p).sum(-1) * mask
 
 
+def tempered_sum_pi_squared(logits: Tensor, temperature: float, mask: Tensor) -> Tensor:
+    """``[b, T]`` Σ_v π(v)² of ``softmax(logits / temperature)``, without gradient, 0 where
+    ``mask`` is 0 (temperature 0: of the untempered logits)."""
+    with torch.no_grad():
+        scaled = logits.detach() / temperature if temperature > 0 else logits.detach()
+        return torch.softmax(scaled, dim=-1).square().sum(-1) * mask
+
+
+# What the scoring pass can compute of each position's whole next-token distribution, by the
+# extras key a method reads it from (methods.contract.BEHAVIOUR_STATISTICS).
+DISTRIBUTION_STATISTICS = {
+    BEHAVIOUR_ENTROPY: tempered_entropy,
+    BEHAVIOUR_SUM_PI_SQUARED: tempered_sum_pi_squared,
+}
+
+
 @torch.no_grad()
 def score_responses(
     model,
@@ -189,16 +207,18 @@ def score_responses(
     micro_batch_size: int,
     temperature: float = 1.0,
     shared_prefix: bool = False,
-    with_entropy: bool = False,
-) -> Tensor | tuple[Tensor, Tensor]:
+    statistics: Sequence[str] = (),
+) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
     """Teacher-forced log-probs ``[B, T]`` of fixed responses, batched, without gradient, and
-    with ``with_entropy`` the tempered distribution's entropy ``[B, T]`` beside them.
+    when ``statistics`` names any (keys of :data:`DISTRIBUTION_STATISTICS`), each of them
+    ``[B, T]`` of the tempered distribution beside them, by name.
 
     The behaviour log-probs, the reference model's, and a method's extra passes (responses
     under other prompts, or under a frozen teacher) all come from here. Rows are scored in
     micro-batches of ``micro_batch_size`` consecutive rows, the layout the training pass uses.
     """
-    parts, entropies = [], []
+    parts: list[Tensor] = []
+    computed: dict[str, list[Tensor]] = {name: [] for name in statistics}
     for start in range(0, response_ids.shape[0], micro_batch_size):
         rows = slice(start, start + micro_batch_size)
         logits = response_logits(
@@ -211,9 +231,10 @@ def score_responses(
         )
         mask = response_mask[rows].to(logits.device)
         parts.append((gather_logprobs(logits, response_ids[rows], temperature) * mask).cpu())
-        if with_entropy:
-            entropies.append(tempered_entropy(logits, temperature, mask).cpu())
+        for name, values in computed.items():
+            values.append(DISTRIBUTION_STATISTICS[name](logits, temperature, mask).cpu())
     logprobs = torch.cat(parts, dim=0) if parts else torch.zeros_like(response_mask)
-    if not with_entropy:
+    if not statistics:
         return logprobs
-    return logprobs, torch.cat(entropies, dim=0) if entropies else torch.zeros_like(response_mask)
+    empty = torch.zeros_like(response_mask)
+    return logprobs, {k: torch.cat(v, dim=0) if v else empty for k, v in computed.items()}

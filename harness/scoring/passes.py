@@ -83,16 +83,24 @@ class ScoringPasses:
 
         Zero where ``batch.response_mask`` is 0. Charged as a forward pass of that model.
         """
-        return self._score(batch, prompts, model, with_entropy=False)  # type: ignore[return-value]
+        return self._score(batch, prompts, model)  # type: ignore[return-value]
 
-    def score_with_entropy(self, batch: RolloutBatch) -> tuple[Tensor, Tensor]:
-        """The policy's log-probs ``[B, T]`` of the batch's responses and its entropy ``[B, T]``
-        at each of their positions, from one pass charged as :meth:`score`'s."""
-        return self._score(batch, None, "policy", with_entropy=True)  # type: ignore[return-value]
+    def score_with_statistics(
+        self, batch: RolloutBatch, statistics: Sequence[str]
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The policy's log-probs ``[B, T]`` of the batch's responses and, by name, the
+        ``statistics`` ``[B, T]`` of its next-token distribution at each of their positions
+        (``forward.DISTRIBUTION_STATISTICS``), from one pass charged as :meth:`score`'s."""
+        return self._score(batch, None, "policy", statistics=statistics)  # type: ignore[return-value]
 
     def _score(
-        self, batch: RolloutBatch, prompts: Sequence[str] | None, model: str, *, with_entropy: bool
-    ) -> Tensor | tuple[Tensor, Tensor]:
+        self,
+        batch: RolloutBatch,
+        prompts: Sequence[str] | None,
+        model: str,
+        *,
+        statistics: Sequence[str] = (),
+    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         scorer = self.scorers.get(model)
         prompt_ids, prompt_mask = self._prompt_layout(batch, prompts)
         started = time.perf_counter()
@@ -105,7 +113,7 @@ class ScoringPasses:
             micro_batch_size=self.micro_batch_size,
             temperature=self.temperature,
             shared_prefix=self.shared_prefix,
-            with_entropy=with_entropy,
+            statistics=statistics,
         )
         self._charge_scoring(model, batch, prompt_mask)
         self.seconds["scoring"] += time.perf_counter() - started

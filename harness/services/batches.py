@@ -18,7 +18,7 @@ from torch import Tensor
 
 from creditbench.harness.sampling.rollout import Samples, assemble_samples, cut_at_eos, encode
 from creditbench.harness.scoring.passes import ScoringPasses
-from creditbench.methods.contract import BEHAVIOUR_ENTROPY, PROBLEM_INDEX, STEP_TRUTH_KEYS
+from creditbench.methods.contract import PROBLEM_INDEX, STEP_TRUTH_KEYS
 from creditbench.methods.core import RolloutBatch
 
 
@@ -54,8 +54,9 @@ class GradedBatches:
         # Set per step by the trainer: the update's first forward gives the behaviour
         # log-probs (an exactly on-policy update), so the scoring pass is skipped.
         self.defer_behaviour = False
-        # Set per step by the trainer: the step's method reads the behaviour entropy.
-        self.with_entropy = False
+        # Set per step by the trainer: the statistics of the behaviour distribution the step's
+        # method reads (CreditMethod.behaviour_statistics), computed in the scoring pass.
+        self.behaviour_statistics: tuple[str, ...] = ()
 
     def from_samples(
         self,
@@ -97,8 +98,11 @@ class GradedBatches:
             return batch
         if self.defer_behaviour:  # NaN until the update fills them: a reader would show
             batch.old_logprobs = torch.full_like(samples.response_mask, float("nan"))
-        elif self.with_entropy:
-            batch.old_logprobs, extras[BEHAVIOUR_ENTROPY] = self.scoring.score_with_entropy(batch)
+        elif self.behaviour_statistics:
+            batch.old_logprobs, statistics = self.scoring.score_with_statistics(
+                batch, self.behaviour_statistics
+            )
+            extras.update(statistics)
         else:
             batch.old_logprobs = self.scoring.score(batch)
         if self.with_reference:

@@ -118,19 +118,20 @@ class HarnessServices:
         step: int,
         defer_behaviour: bool = False,
         reference_method: bool = False,
-        behaviour_entropy: bool = False,
+        behaviour_statistics: Sequence[str] = (),
     ) -> None:
         """Called by the trainer before a step's rollout: the step number, a fresh stats dict,
         whether this step's batches leave the behaviour log-probs to the update, whether the
         step's method is a reference (it may run :meth:`reference_passes`), and whether its
-        batches carry the behaviour entropy (``CreditMethod.needs_behaviour_entropy``).
+        batches carry statistics of the behaviour distribution
+        (``CreditMethod.behaviour_statistics``).
         The budget's spent fraction is read here, once, so every hook of the step sees the
         same ``budget_fraction`` (0.0 on a meter without a budget amount)."""
         self.step = step
         self.budget_fraction = self.meter.fraction() if self.meter.amount > 0 else 0.0
         self.stats = {}
         self.batches.defer_behaviour = defer_behaviour
-        self.batches.with_entropy = behaviour_entropy
+        self.batches.behaviour_statistics = tuple(behaviour_statistics)
         self.reference_method = reference_method
 
     @contextlib.contextmanager

@@ -75,8 +75,8 @@ def method_gradients(
     out: dict[str, list[Tensor]] = {name: [] for name in methods}
     first = methods[rollout_by]
     for b in range(batches):
-        entropy = any(type(method).needs_behaviour_entropy for method in methods.values())
-        services.begin_step(b, reference_method=True, behaviour_entropy=entropy)
+        statistics = {key for method in methods.values() for key in method.behaviour_statistics}
+        services.begin_step(b, reference_method=True, behaviour_statistics=sorted(statistics))
         batch = first.rollout(services)
         for name, method in methods.items():
             advantages = method.advantages(batch, services)

@@ -220,7 +220,7 @@ class Trainer:
             self.step,
             defer_behaviour=self._behaviour_from_update(method),
             reference_method=type(method).reference,
-            behaviour_entropy=type(method).needs_behaviour_entropy,
+            behaviour_statistics=type(method).behaviour_statistics,
         )
 
     def _check_advantages(self, method: CreditMethod, batch: RolloutBatch, advantages) -> None:
@@ -236,7 +236,7 @@ class Trainer:
         """Whether this step's update gives the behaviour log-probs (see ``TrainConfig``)."""
         train = self.config.train
         on_policy = train.ppo_epochs == 1 and train.minibatches == 1
-        needs_pass = method.needs_behaviour_logprobs or method.needs_behaviour_entropy
+        needs_pass = method.needs_behaviour_logprobs or bool(method.behaviour_statistics)
         return train.skip_onpolicy_scoring and on_policy and not needs_pass
 
     def update(

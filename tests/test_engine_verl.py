@@ -97,6 +97,32 @@ def test_rloo_matches_verls_rloo(seed):
     torch.testing.assert_close(_estimate("creditbench_rloo", rewards, mask, labels), theirs, **TOL)
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("singletons", [False, True])
+@pytest.mark.parametrize("zero_tail", [False, True])
+def test_otb_matches_verls_optimal_token_baseline(seed, singletons, zero_tail):
+    from creditbench.methods.otb import otb_advantages
+
+    rewards, mask, labels = _batch(seed, singletons=singletons)
+    gen = torch.Generator().manual_seed(100 + seed)
+    chosen = 0.02 + 0.96 * torch.rand(mask.shape, generator=gen)  # π of the sampled token
+    others = torch.rand(mask.shape, generator=gen) * (1.0 - chosen).square()
+    sum_pi_squared = chosen.square() + others  # what some distribution with that π has
+    theirs, _ = core_algos.compute_optimal_token_baseline_advantage(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=labels,
+        old_log_probs=chosen.log(),
+        sum_pi_squared=sum_pi_squared,
+        handle_zero_tail=zero_tail,
+    )
+    group_ids = torch.tensor([sorted(set(labels)).index(label) for label in labels])
+    ours = otb_advantages(
+        rewards.sum(-1), mask, group_ids, chosen.log(), sum_pi_squared, zero_tail=zero_tail
+    )
+    torch.testing.assert_close(ours, theirs, **TOL)
+
+
 def test_default_grpo_differs_from_verl_only_on_groups_of_one():
     rewards, mask, labels = _batch(0, singletons=True)
     ours = _estimate("creditbench_grpo", rewards, mask, labels)

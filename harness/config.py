@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from creditbench.harness.typed import ConfigError, from_dict, to_dict
+from creditbench.reference.yaml_loading import load_yaml
 
 __all__ = [
     "BudgetConfig",
@@ -335,7 +336,7 @@ def load_yaml_file(path: Path, what: str = "config file") -> Any:
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from creditbench.reference.yaml_loading import load_yaml
+
 
 class RunFormatError(ValueError):
     """A run-directory file that cannot be read as the format says; the message names it."""
@@ -84,9 +86,16 @@ def read_run_config(path: str | Path) -> dict[str, Any]:
     """The mapping in a run's ``config.yaml`` at ``path``."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise RunFormatError(f"{path}: cannot read the run config ({err})") from None
+        data = load_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise RunFormatError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise RunFormatError(f"{where}: invalid YAML: {problem}") from None
+    except OSError as err:
+        raise RunFormatError(f"{path}: cannot read the run config ({err.strerror})") from None
     if not isinstance(data, dict):
         raise RunFormatError(f"{path}: the run config is not a mapping")
     return data

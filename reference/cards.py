@@ -62,6 +62,8 @@ from typing import Any
 
 import yaml
 
+from .yaml_loading import load_yaml
+
 CARDS_DIR = Path(__file__).parent / "cards"
 CLAIM_SETTINGS = ("hard", "easy")  # the standard suite's labels (harness/suites/standard.yaml)
 UNKNOWN = "unknown"
@@ -293,7 +295,7 @@ def load_card(path: str | Path) -> Card:
     except OSError as err:
         raise CardError(f"{path.name}: cannot read the card ({err.strerror})") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "?"

@@ -192,6 +192,15 @@ CASES += [
     (["values", "--samples", "0"], "--samples: must be an integer >= 1"),
     (["nosuch"], "invalid choice: 'nosuch'"),
     (["leaderboard", "{tmp}", "--out", "{tmp}/afile"], "--out: {tmp}/afile is a file"),
+    # a key given twice: YAML would keep the last one without a word
+    (
+        [*TRAIN, "--config", "{tmp}/twice.yaml"],
+        "twice.yaml:2:1: invalid YAML: duplicate key 'seed' (first on line 1)",
+    ),
+    (
+        ["bench", "--suite", "{tmp}/suite_twice.yaml"],
+        "suite_twice.yaml:3:1: invalid YAML: duplicate key 'seeds'",
+    ),
     (["leaderboard", "{tmp}", "--out", "{tmp}/afile/board"], "--out: {tmp}/afile is a file"),
 ]
 
@@ -206,6 +215,8 @@ def folder(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n")
     (tmp_path / "unknown.yaml").write_text("nosuch: 1\n")
     (tmp_path / "suite_unknown.yaml").write_text("description: x\nnosuch: 1\n")
+    (tmp_path / "twice.yaml").write_text("seed: 1\nseed: 2\n")
+    (tmp_path / "suite_twice.yaml").write_text("description: x\nseeds: [0]\nseeds: [1]\n")
     return tmp_path
 
 

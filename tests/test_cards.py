@@ -329,3 +329,12 @@ def test_a_row_can_be_a_registered_method_with_options(tmp_path):
     assert card.method_row("grpo").registry_name == "grpo"
     assert "grpo_wide" in card.registered_methods()
     assert cards_naming("grpo", {"bad": card}) == ["bad"]
+
+
+def test_a_key_given_twice_is_refused_naming_it(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("id: a\nyear: 2025\nyear: 2026\n")
+    with pytest.raises(
+        CardError, match=r"^twice\.yaml: line 3: invalid YAML: duplicate key 'year'"
+    ):
+        load_card(path)

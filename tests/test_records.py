@@ -159,3 +159,15 @@ def test_bad_record_arguments_are_one_line_and_exit_2(published, tmp_path, capsy
     assert cli_main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_config_that_is_not_utf8_or_gives_a_key_twice_is_named(tmp_path):
+    from creditbench.leaderboard.files import RunFormatError, read_run_config
+
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"seed: 1\n\xff: 2\n")
+    with pytest.raises(RunFormatError, match="config.yaml: not UTF-8 text"):
+        read_run_config(path)
+    path.write_text("seed: 1\ntrain:\n  lr: 1.0e-5\n  lr: 5.0e-5\n")
+    with pytest.raises(RunFormatError, match=r"config.yaml:4: invalid YAML: duplicate key 'lr'"):
+        read_run_config(path)

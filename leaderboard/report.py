@@ -187,17 +187,23 @@ def build_blocks(
     return blocks
 
 
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def _md_text(text: object) -> str:
+    """Text as Markdown shows it, never as HTML: a method label or a suite name from a
+    contributed ``runs.csv`` may hold ``<script>``, which a docs page would otherwise run."""
+    return html.escape(str(text), quote=False)
+
+
+def _md_cell(text: object) -> str:
+    return _md_text(text).replace("|", "\\|").replace("\n", " ")
 
 
 def to_markdown(blocks: list[tuple]) -> str:
     out = []
     for kind, *body in blocks:
         if kind in ("h1", "h2", "h3"):
-            out.append(f"{'#' * int(kind[1])} {body[0]}\n")
+            out.append(f"{'#' * int(kind[1])} {_md_text(body[0])}\n")
         elif kind == "p":
-            out.append(f"{body[0]}\n")
+            out.append(f"{_md_text(body[0])}\n")
         elif kind == "table":
             headers, rows = body
             out.append("| " + " | ".join(map(_md_cell, headers)) + " |")

@@ -291,3 +291,14 @@ def test_the_length_series_skips_groups_without_the_option():
     assert sorted(frame.loc[frame["setting"] == "a", "option_value"]) == [8.0, 10.0]
     # only slip_rate differs in "b"'s options from a setting of its own: no series of it
     assert length_series(methods.iloc[2:]) is None
+
+
+def test_markdown_shows_a_contributed_label_as_text_never_as_html():
+    from creditbench.leaderboard.report import to_markdown
+
+    label = "<script>alert(1)</script>"
+    text = to_markdown(
+        [("h1", f"board {label}"), ("p", f"by {label} & co"), ("table", ["method"], [[label]])]
+    )
+    assert "<script>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "&amp; co" in text

@@ -165,3 +165,21 @@ def test_auto_tokenizer_keeps_the_character_tokenizer(tmp_path):
         ids = loaded(text, add_special_tokens=False)["input_ids"]
         assert ids == tok(text, add_special_tokens=False)["input_ids"]
         assert loaded.decode(ids) == text
+
+
+def test_a_model_folders_own_code_is_never_run(tmp_path, monkeypatch):
+    """transformers asks on a terminal before running code a model folder ships, and runs it on
+    "y": the loader says no itself, for the tokenizer and the model."""
+    tok = build_char_tokenizer(ALPHABET)
+    path = save_policy(build_model("nano", tok, seed=0), tok, tmp_path / "nano")
+    seen = []
+    for cls in (AutoTokenizer, AutoModelForCausalLM):
+        original = cls.from_pretrained
+
+        def spy(*args, _original=original, **kwargs):
+            seen.append(kwargs.get("trust_remote_code"))
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", spy)
+    load_policy(path)
+    assert seen == [False, False]

@@ -314,3 +314,18 @@ def test_atomic_writes_take_the_mode_the_umask_gives_not_the_temporary_files(tmp
         os.umask(previous)
     assert (tmp_path / "summary.json").stat().st_mode & 0o777 == mode
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_the_lock_is_never_opened_through_a_link(tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").symlink_to(target)
+    with pytest.raises(RunDirError, match=r"\.lock: is a symbolic link"):
+        with RunDir(run).lock():
+            pass
+    assert target.read_text() == "keep me\n"
+    os.unlink(run / ".lock")
+    with RunDir(run).lock():  # a plain lock file is made and taken
+        assert (run / ".lock").is_file() and not (run / ".lock").is_symlink()

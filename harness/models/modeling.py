@@ -176,7 +176,11 @@ def load_policy(
         raise FileNotFoundError(f"gguf_file: {path / gguf_file} does not exist")
     if gguf_file is None:
         check_model_config(path / "config.json")
-    extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+    # never run code shipped in a model folder: transformers would otherwise ask on a terminal
+    # and run it on "y"; a model this needs is refused as any other unloadable one
+    extra: dict[str, Any] = {"trust_remote_code": False}
+    if gguf_file:
+        extra["gguf_file"] = gguf_file
     from safetensors import SafetensorError
 
     try:

@@ -25,6 +25,7 @@ torn last line (a crash mid-write) is ignored when reading and dropped before th
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -151,7 +152,14 @@ class RunDir:
         (`RunLockedError`). A lock file left by a dead process is stale and simply taken."""
         self.path.mkdir(parents=True, exist_ok=True)
         path = self.path / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:  # never through a link: one planted in a shared results folder would be emptied
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+            raise RunDirError(
+                f"{path}: is a symbolic link; remove it (a lock is a plain file)"
+            ) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -40,6 +40,27 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+# The smoke subset (``python -m pytest -m smoke``, about a minute on two cores): the method
+# contract and its math, configs and the bad-input catalogue, grading, the import rule, the
+# leaderboard's statistics, and one short training run replayed against its fixture.
+SMOKE_MODULES = {
+    "test_core.py",
+    "test_contract.py",
+    "test_config.py",
+    "test_grading.py",
+    "test_architecture.py",
+    "test_bad_inputs.py",
+    "test_leaderboard_stats.py",
+}
+SMOKE_TESTS = {"test_grpo_replays"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SMOKE_MODULES or item.originalname in SMOKE_TESTS:
+            item.add_marker(pytest.mark.smoke)
+
+
 @pytest.fixture(autouse=True)
 def _fixed_torch_seed() -> None:
     torch.manual_seed(0)

@@ -194,14 +194,25 @@ def shipped_base() -> Path:
 
 
 def test_eval_with_the_drift_filter_end_to_end(capsys) -> None:
-    argv = ["eval", "--model", str(shipped_base()), "--n", "4", "--k", "1", "--threads", "1"]
+    argv = ["eval", "--model", str(shipped_base()), "--n", "5", "--k", "1", "--threads", "1"]
     argv += ["--max-new-tokens", "64"]
     assert main([*argv, "--decode-with", "scapo"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["n_problems"] == 4 and out["drift_threshold"] == 0.8
+    assert out["n_problems"] == 5 and out["drift_threshold"] == 0.8
     assert 0.0 < out["drift_masked_mass"] <= 0.8
     assert 0.0 <= out["drift_filtered_steps"] <= 1.0
     assert 0.0 <= out["sampled_accuracy"] <= 1.0 and 0.0 <= out["greedy_accuracy"] <= 1.0
+
+
+def test_eval_prints_what_it_measured_and_shares_as_the_fractions_they_are(capsys) -> None:
+    argv = ["eval", "--model", str(shipped_base()), "--n", "5", "--k", "1", "--threads", "1"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["n"], out["k"], out["greedy"]) == (5, 1, True)
+    # in float32, 4 of 5 would print 0.800000011920929
+    for key in ("sampled_accuracy", "pass_at_k", "greedy_accuracy"):
+        assert out[key] in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), (key, out[key])
+    assert 0.0 < out["sampled_accuracy"] < 1.0  # a share the test can tell from float32's
 
 
 def test_eval_refuses_a_bad_threshold(capsys) -> None:

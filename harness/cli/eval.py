@@ -70,7 +70,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         decoding_rule=rule,
         problems=ev.problems,
     )
-    print(json.dumps({"model": str(source), "task": task_name, **result}, indent=2))
+    settings = {"n": ev.n_problems, "k": ev.k_samples, "greedy": ev.greedy}
+    print(json.dumps({"model": str(source), "task": task_name, **settings, **result}, indent=2))
     return 0
 
 

@@ -102,9 +102,10 @@ def evaluate(
             correct = torch.tensor(
                 [task.grade(p, t).reward > 0.5 for p, t in zip(rows, samples.texts, strict=True)]
             ).view(len(chosen), k_samples)
-            result["sampled_accuracy"] = float(correct.float().mean())
-            result["pass_at_k"] = float(correct.any(-1).float().mean())
-            result["mean_length"] = float(samples.response_mask.sum(-1).mean())
+            # shares of counts in float64, so 4 of 5 reads 0.8, not float32's 0.800000011920929
+            result["sampled_accuracy"] = float(correct.double().mean())
+            result["pass_at_k"] = float(correct.any(-1).double().mean())
+            result["mean_length"] = float(samples.response_mask.sum(-1).double().mean())
     finally:
         model.train(was_training)
     if decoding_rule is not None:

@@ -18,11 +18,13 @@ from .stats import BASELINE, ORACLE, natural_key, ordered_groups
 
 
 def _figure(n_panels: int, *, width: float = 4.6, height: float = 3.4, columns: int = 3):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     columns = max(1, min(columns, n_panels))
     rows = math.ceil(n_panels / columns)
     fig = Figure(figsize=(width * columns, height * rows), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)  # a renderer from the start: label placement measures text
     axes = fig.subplots(rows, columns, squeeze=False).flatten()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
@@ -275,6 +277,38 @@ def small_multiples(curves: pd.DataFrame) -> bytes | None:
     return _png(fig)
 
 
+def spread_labels(ax, labels: list[tuple[str, float, float]], fontsize: float = 6) -> list:
+    """Name each point ``(text, x, y)`` beside it, moving a label up past the ones already
+    placed that it would overlap (methods near chance precision and zero gain crowd one spot);
+    a moved label gets a thin line to its point. Returns the text artists."""
+    fig = ax.figure
+    ax.autoscale_view()
+    fig.canvas.draw()  # fixes the transform from data to pixels
+    renderer = fig.canvas.get_renderer()
+    placed: list = []  # the boxes (pixels) of the labels drawn so far
+    texts = []
+    for text, x, y in sorted(labels, key=lambda item: (item[2], item[1])):
+        offset = [3.0, 3.0]
+        artist = ax.annotate(
+            text, (x, y), fontsize=fontsize, xytext=offset, textcoords="offset points"
+        )
+        for _ in range(60):
+            box = artist.get_window_extent(renderer)
+            hit = next((b for b in placed if box.overlaps(b)), None)
+            if hit is None:
+                break
+            offset[1] += (hit.y1 - box.y0 + 1.0) * 72.0 / fig.dpi  # pixels to points
+            artist.set_position(tuple(offset))
+        if offset[1] > 3.0:  # moved: a thin line back to its point
+            ax.annotate(
+                "", (x, y), xytext=(offset[0], offset[1]), textcoords="offset points",
+                arrowprops={"arrowstyle": "-", "linewidth": 0.4, "color": "0.5"},
+            )  # fmt: skip
+        placed.append(artist.get_window_extent(renderer))
+        texts.append(artist)
+    return texts
+
+
 def credit_vs_gain(methods: pd.DataFrame) -> bytes | None:
     """Does better credit placement buy faster learning? Per method and setting, credit
     precision (x) against AUC gain over GRPO (y), each with its 95% interval."""
@@ -286,6 +320,7 @@ def credit_vs_gain(methods: pd.DataFrame) -> bytes | None:
         return None
     groups = ordered_groups(points)
     fig, (ax,) = _figure(1, width=6.4, height=4.2)
+    labels: list[tuple[str, float, float]] = []
     for marker, (key, frame) in zip("osD^v<>ph*" * 3, groups, strict=False):
         x = frame["credit_precision"].to_numpy(dtype=float)
         y = frame["gain_auc"].to_numpy(dtype=float)
@@ -300,8 +335,8 @@ def credit_vs_gain(methods: pd.DataFrame) -> bytes | None:
         ax.errorbar(
             x, y, xerr=xerr, yerr=yerr, fmt=marker, capsize=2, alpha=0.8, label=group_title(key)
         )
-        for method, xi, yi in zip(frame["method"], x, y, strict=True):
-            ax.annotate(method, (xi, yi), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        labels += zip(frame["method"], x, y, strict=True)
+    spread_labels(ax, labels)
     ax.axhline(0.0, color="black", linewidth=1)
     ax.set_xlabel("credit precision (share of blame on the first wrong step)")
     ax.set_ylabel("AUC gain over GRPO")

@@ -302,3 +302,25 @@ def test_markdown_shows_a_contributed_label_as_text_never_as_html():
     )
     assert "<script>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "&amp; co" in text
+
+
+def test_crowded_point_labels_do_not_overlap():
+    """credit_vs_gain names every method beside its point; methods near chance precision and
+    zero gain crowd one spot, where the names were drawn on top of each other."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from creditbench.leaderboard.plots import spread_labels
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    points = [(f"method_{i}", 0.10 + 0.001 * i, 0.002 * (i % 3)) for i in range(12)]
+    points.append(("oracle", 0.8, 0.05))
+    ax.plot([p[1] for p in points], [p[2] for p in points], "o")
+    texts = spread_labels(ax, points)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert len(boxes) == 13
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    plt.close(fig)

@@ -37,10 +37,14 @@ def test_the_behaviour_logprob_check_catches_a_method_that_reads_them() -> None:
 
     registry._REGISTRY["peeking"] = Peeking
     try:
-        with pytest.raises(AssertionError):
+        with pytest.raises(AssertionError) as failed:
             checks.test_a_method_that_skips_the_scoring_pass_never_reads_behaviour_logprobs(
                 "peeking", 0
             )
+        # the failure says which promise broke and how to fix it, not "Tensor-likes ..." alone
+        message = str(failed.value)
+        assert message.startswith("broken promise: needs_behaviour_logprobs = False")
+        assert "Fix: set needs_behaviour_logprobs = True" in message
     finally:
         del registry._REGISTRY["peeking"]
 

@@ -68,8 +68,55 @@ def advantages_of(name: str, batch: RolloutBatch) -> Tensor:
     return get_method(name)().advantages(batch, FakeServices())
 
 
-def assert_same(actual: Tensor, expected: Tensor) -> None:
-    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+# What each check asks of a method, and where the fix usually lies: a failure names the promise
+# the method broke, not the tensors that differed.
+PROMISES = {
+    "within_groups": (
+        "reordering a group's responses reorders their advantages and changes nothing else",
+        "compute from each response's own tokens and its group's statistics, never from row "
+        "positions",
+    ),
+    "groups": (
+        "reordering the groups, or renaming their ids, changes nothing",
+        "treat group_ids as names (torch.unique, masks), never as indices or an order",
+    ),
+    "leakage": (
+        "a group's advantages depend on its own responses only (group_local = True)",
+        "compute every statistic per group, or declare group_local = False",
+    ),
+    "padding": (
+        "padding the batch wider changes no advantage",
+        "mask every sum, mean and count with response_mask",
+    ),
+    "blind": (
+        "needs_behaviour_logprobs = False: rollout and advantages never read "
+        "batch.old_logprobs (the harness leaves them NaN until the update)",
+        "set needs_behaviour_logprobs = True, or stop reading old_logprobs before the update",
+    ),
+    "filter": (
+        "group_filter() describes the rollout: it keeps whole groups of plain batches",
+        "make the rollout match the declared filter, or return None from group_filter()",
+    ),
+    "micro_batches": (
+        "the loss of a batch split into micro-batches, each given the whole batch's counts, "
+        "adds up to the loss of the whole batch",
+        "aggregate with the Normalizers passed to loss() instead of this micro-batch's counts",
+    ),
+}
+
+
+def assert_same(actual: Tensor, expected: Tensor, promise: str | None = None) -> None:
+    """``actual`` equals ``expected`` to the conformance tolerance; when not, with ``promise``
+    (a key of :data:`PROMISES`) the error names what the method promised and how to fix it,
+    with the first lines of the tensors' difference."""
+    try:
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+    except AssertionError as err:
+        if promise is None:
+            raise
+        what, fix = PROMISES[promise]
+        detail = " ".join(line.strip() for line in str(err).strip().splitlines()[:3])
+        raise AssertionError(f"broken promise: {what}. Fix: {fix}. ({detail})") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -99,7 +146,7 @@ def test_equivariant_under_permuting_responses_within_a_group(
 ) -> None:
     batch = data.draw(batches_for(name))
     permuted, index = permute_within_groups(batch, seed)
-    assert_same(advantages_of(name, permuted), advantages_of(name, batch)[index])
+    assert_same(advantages_of(name, permuted), advantages_of(name, batch)[index], "within_groups")
 
 
 @given(data=st.data(), seed=seeds, relabel=st.booleans())
@@ -108,7 +155,7 @@ def test_equivariant_under_permuting_groups(
 ) -> None:
     batch = data.draw(batches_for(name))
     permuted, index = permute_groups(batch, seed, relabel=relabel)
-    assert_same(advantages_of(name, permuted), advantages_of(name, batch)[index])
+    assert_same(advantages_of(name, permuted), advantages_of(name, batch)[index], "groups")
 
 
 @given(data=st.data())
@@ -122,7 +169,8 @@ def test_no_leakage_across_groups(name: str, data: st.DataObject) -> None:
     new_rewards = data.draw(st.lists(dyadic, min_size=size, max_size=size))
     changed = perturb_group_rewards(batch, group, new_rewards)
     others = batch.group_ids != group
-    assert_same(advantages_of(name, changed)[others], advantages_of(name, batch)[others])
+    mine, before = advantages_of(name, changed)[others], advantages_of(name, batch)[others]
+    assert_same(mine, before, "leakage")
 
 
 @given(data=st.data(), extra=st.integers(1, 5), seed=seeds)
@@ -134,7 +182,7 @@ def test_independent_of_padding_length(
     padded = advantages_of(name, pad_more(batch, extra, seed))
     assert padded.shape == (batch.size, width + extra)
     assert (padded[:, width:] == 0).all()
-    assert_same(padded[:, :width], advantages_of(name, batch))
+    assert_same(padded[:, :width], advantages_of(name, batch), "padding")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -155,9 +203,9 @@ def test_a_method_that_skips_the_scoring_pass_never_reads_behaviour_logprobs(
     batch = cls().rollout(FakeServices(seed=seed))
     blind = dataclasses.replace(batch, old_logprobs=torch.full_like(batch.old_logprobs, math.nan))
     expected = cls().advantages(batch, FakeServices(seed=seed))
-    assert_same(cls().advantages(blind, FakeServices(seed=seed)), expected)
+    assert_same(cls().advantages(blind, FakeServices(seed=seed)), expected, "blind")
     rolled = cls().rollout(BlindServices(seed=seed))
-    assert_same(cls().advantages(rolled, BlindServices(seed=seed)), expected)
+    assert_same(cls().advantages(rolled, BlindServices(seed=seed)), expected, "blind")
 
 
 class FreshDraws(FakeServices):
@@ -204,8 +252,8 @@ def test_a_declared_group_filter_is_what_the_rollout_does(name: str, seed: int) 
     assert set(returned) <= drawn, "the rollout returned rows that are not whole groups"
     assert len(returned) <= len(_groups(draws[0])), "more groups than one batch holds"
     if kept.keep == ALL_GROUPS:
-        assert_same(batch.response_ids, draws[0].response_ids)
-        assert_same(batch.rewards, draws[0].rewards)
+        assert_same(batch.response_ids, draws[0].response_ids, "filter")
+        assert_same(batch.rewards, draws[0].rewards, "filter")
         return
     assert kept.keep == MIXED_GROUPS
 
@@ -343,7 +391,7 @@ def test_default_loss_is_finite_and_adds_up_over_micro_batches(
                 logprobs[part], batch.select(part), adv[part], normalizers, services=services
             )
             total = total + part_loss.detach()
-    assert_same(total, loss.detach())
+    assert_same(total, loss.detach(), "micro_batches")
 
 
 @given(data=st.data(), seed=seeds)

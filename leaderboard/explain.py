@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import io
 import math
+import textwrap
 from typing import Any
 
 NEGATIVE, POSITIVE = (0.84, 0.15, 0.16), (0.13, 0.40, 0.80)
@@ -99,6 +100,35 @@ def credit_html(responses: list[dict[str, Any]], columns: list[str], title: str)
     return "\n".join(out)
 
 
+def credit_ansi(responses: list[dict[str, Any]], columns: list[str], title: str) -> str:
+    """The picture of :func:`credit_html` as terminal text: each token on a background of its
+    advantage's colour (24-bit ANSI, blended onto white as the page blends it), the first wrong
+    step underlined, one block per response and column."""
+    out = [title]
+    for response in responses:
+        out.append("")
+        out.append(_caption(response))
+        wrong = set(response["first_wrong"])
+        for column in columns:
+            values = response["advantages"].get(column)
+            out.append(f"-- {column}")
+            if values is None:
+                out.append("(not in this batch)")
+                continue
+            scale = _scale(values)
+            pieces = []
+            for index, token in enumerate(response["tokens"]):
+                r, g, b, a = _rgba(values[index], scale)
+                rgb = [int(255 * (1 - a + a * c)) for c in (r, g, b)]  # over white
+                style = f"\x1b[48;2;{rgb[0]};{rgb[1]};{rgb[2]};38;2;0;0;0m"
+                if index in wrong:
+                    style += "\x1b[4m"
+                lines = token.split("\n")  # colour each line's part, never the line break
+                pieces.append("\n".join(f"{style}{part}\x1b[0m" if part else "" for part in lines))
+            out.append("".join(pieces))
+    return "\n".join(out) + "\n"
+
+
 def _layout(tokens: list[str]) -> list[tuple[int, int, int, str]]:
     """``(token index, line, column, character)`` of every drawn character, ``WIDTH`` a line."""
     cells, line, col = [], 0, 0
@@ -126,15 +156,24 @@ def credit_png(responses: list[dict[str, Any]], columns: list[str], title: str) 
     rows_of_panels = [columns[i : i + per_row] for i in range(0, len(columns), per_row)]
     layouts = [_layout(r["tokens"]) for r in responses]
     lines = [max((c[1] for c in cells), default=0) + 1 for cells in layouts]
-    panel_w, gap, head, caption = WIDTH * char_w, 0.25, 0.3, 0.3
+    # a caption sits just above its own panels, a wider gap (apart) above it: a reader pairs
+    # each caption with the response below it, not the one above
+    panel_w, gap, head, caption, apart = WIDTH * char_w, 0.25, 0.22, 0.12, 0.45
     width = per_row * panel_w + (per_row + 1) * gap
-    heights = [caption + len(rows_of_panels) * (n * line_h + head) for n in lines]
-    height = sum(heights) + 0.5
+    # the title wrapped to the figure's width (10 pt: about 0.09 inch a character), so no end
+    # of it is cut off
+    title_lines = textwrap.wrap(title, width=max(20, int((width - 2 * gap) / 0.09))) or [""]
+    title_h = 0.2 + 0.2 * len(title_lines)
+    heights = [apart + caption + len(rows_of_panels) * (n * line_h + head) for n in lines]
+    height = sum(heights) - apart + title_h + 0.1  # none above the first; a bottom margin
     fig = Figure(figsize=(width, height), dpi=110)
-    fig.text(0.5, 1 - 0.25 / height, title, ha="center", va="center", fontsize=10)
-    top = height - 0.5
-    for response, cells, n_lines in zip(responses, layouts, lines, strict=True):
-        fig.text(gap / width, (top - 0.08) / height, _caption(response), fontsize=7, va="top")
+    fig.text(0.5, 1 - 0.1 / height, "\n".join(title_lines), ha="center", va="top", fontsize=10)
+    top = height - title_h
+    for number, (response, cells, n_lines) in enumerate(
+        zip(responses, layouts, lines, strict=True)
+    ):
+        top -= apart if number else 0.0
+        fig.text(gap / width, top / height, _caption(response), fontsize=7, va="top")
         top -= caption
         wrong = set(response["first_wrong"])
         panel_h = n_lines * line_h
@@ -193,6 +232,8 @@ def side_by_side(samples: dict[str, list[dict[str, Any]]], count: int) -> list[d
     return out
 
 
-def run_panels(record: dict[str, Any], label: str) -> list[dict[str, Any]]:
-    """A run's logged step (one ``responses.jsonl`` record) as one column named ``label``."""
-    return [{**r, "advantages": {label: r["advantages"]}} for r in record["responses"]]
+def run_panels(record: dict[str, Any], label: str, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` failed responses (reward <= 0.5) of a run's logged step (one
+    ``responses.jsonl`` record), as one column named ``label``; empty when none failed."""
+    failed = [r for r in record["responses"] if r["reward"] <= 0.5]
+    return [{**r, "advantages": {label: r["advantages"]}} for r in failed[:count]]

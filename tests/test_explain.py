@@ -77,8 +77,17 @@ def test_explain_run_draws_a_logged_step_and_names_the_logged_ones_otherwise(
     out = tmp_path / "picture"
     assert cli_main(["explain", str(grpo_run), "--step", "4", "--out", str(out)]) == 0
     page = (out / "credit.html").read_text()
-    assert page.count('<div class="panel">') == 8 and "grpo" in page
+    # --responses (default 3) failed responses of the step, as with --methods; not all eight
+    logged = [r for r in RunDir(grpo_run).read_responses() if r["step"] == 4][0]["responses"]
+    failed = sum(r["reward"] <= 0.5 for r in logged)
+    assert failed >= 1
+    assert page.count('<div class="panel">') == min(3, failed) and "grpo" in page
     assert (out / "credit.png").read_bytes().startswith(b"\x89PNG")
+    assert (
+        cli_main(["explain", str(grpo_run), "--step", "4", "--out", str(out), "--responses", "1"])
+        == 0
+    )
+    assert (out / "credit.html").read_text().count('<div class="panel">') == 1
     capsys.readouterr()
     assert cli_main(["explain", str(grpo_run), "--step", "3"]) == 2
     assert "--step: 3 was not logged; logged steps: 2, 4" in capsys.readouterr().err
@@ -141,3 +150,37 @@ def test_explain_methods_puts_methods_on_the_same_fresh_responses(nano_policy, t
     assert "<h4>grpo</h4>" in page and "<h4>oracle</h4>" in page
     assert "not in this column" not in page  # both sample the plain way: the same responses
     assert not re.search(r'(src|href)="(https?:)?//', page)
+
+
+def test_terminal_text_colours_each_token_and_underlines_the_first_wrong_step():
+    import re
+
+    from creditbench.leaderboard.explain import credit_ansi
+
+    response = {
+        "reward": 0.0,
+        "first_wrong": [1],
+        "tokens": ["so ", "1+1=3\n", "Answer"],
+        "advantages": {"grpo": [-1.0, -0.5, 0.0], "oracle": None},
+    }
+    text = credit_ansi([response], ["grpo", "oracle"], "title")
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    assert "so 1+1=3\nAnswer" in plain and "(not in this batch)" in plain
+    first, second, third = re.findall(r"\x1b\[48;2;(\d+);(\d+);(\d+);", text)
+    assert int(first[0]) > int(first[1])  # blame is red
+    assert second != first and third == ("255", "255", "255")  # half as strong; 0 stays white
+    assert text.count("\x1b[4m") == 1  # the first wrong step only
+
+
+def test_explain_draws_on_the_terminal_only_when_stdout_is_one(
+    grpo_run, tmp_path, capsys, monkeypatch
+):
+    import sys
+
+    argv = ["explain", str(grpo_run), "--step", "4", "--out", str(tmp_path / "p")]
+    assert cli_main(argv) == 0
+    assert "\x1b[" not in capsys.readouterr().out  # piped: the two paths only
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[48;2;" in out and out.rstrip().endswith("credit.png")

@@ -13,6 +13,7 @@ Writes ``credit.html`` and ``credit.png`` into ``--out`` (default: ``RUN/explain
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from creditbench.harness.cli.common import (
@@ -25,13 +26,17 @@ from creditbench.harness.cli.common import (
 
 
 def _write(out: Path, responses, columns, title) -> None:
-    from creditbench.leaderboard.explain import credit_html, credit_png
+    """Write credit.html and credit.png into ``out`` and print their paths; on a terminal,
+    draw the credit there first, as coloured text."""
+    from creditbench.leaderboard.explain import credit_ansi, credit_html, credit_png
     from creditbench.leaderboard.files import atomic_write_bytes, atomic_write_text
 
     page, picture = credit_html(responses, columns, title), credit_png(responses, columns, title)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "credit.html", page)
     atomic_write_bytes(out / "credit.png", picture)
+    if sys.stdout.isatty():
+        print(credit_ansi(responses, columns, title))
     print(out / "credit.html")
     print(out / "credit.png")
 
@@ -56,8 +61,11 @@ def _explain_run(args: argparse.Namespace) -> int:
         return usage_error("explain", f"--step: {step} was not logged; logged steps: {steps}")
     record = records[logged.index(step)]
     method = run.config().get("method", "run")
+    panels = run_panels(record, method, args.responses)
+    if not panels:
+        return usage_error("explain", f"--step: step {step} logged no failed response to draw")
     title = f"{Path(args.run).name}: step {step}, {method}'s token advantages"
-    _write(Path(args.out or run.path / "explain"), run_panels(record, method), [method], title)
+    _write(Path(args.out or run.path / "explain"), panels, [method], title)
     return 0
 
 

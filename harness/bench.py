@@ -124,6 +124,18 @@ def _slug(mapping: dict[str, Any]) -> str:
     return re.sub(r"[^A-Za-z0-9._+=-]", "", "-".join(parts))
 
 
+def _mapping(value: Any, path: Path, where: str) -> dict[str, Any]:
+    """``value`` as a mapping (absent or null: empty); `SuiteError` naming ``where`` when it is
+    anything else."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SuiteError(
+            f"{path}: {where}: a mapping of keys to values (got {type(value).__name__})"
+        )
+    return dict(value)
+
+
 def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> list[Run]:
     """The runs of a suite, in a fixed order."""
     from creditbench.methods.registry import list_methods
@@ -137,6 +149,8 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
         references = [n for n, cls in registry.items() if cls.reference]
     if not isinstance(methods, list) or not isinstance(references, list):
         raise SuiteError(f"{path}: methods and references are 'all' or a list of names")
+    if not methods and not references:
+        raise SuiteError(f"{path}: methods: name at least one method (or 'all')")
     defaults = suite.get("method_options") or {}
     if not isinstance(defaults, dict) or not all(
         isinstance(v, dict) and k in registry for k, v in defaults.items()
@@ -155,13 +169,21 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
     if twice:
         raise SuiteError(f"{path}: methods: {twice[0]!r} is listed twice")
     seeds = suite.get("seeds", [0])
-    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
-        raise SuiteError(f"{path}: seeds: a list of integers")
-    tasks = suite.get("tasks") or [{"name": "chain"}]
-    fixed = dict(suite.get("settings") or {})
-    budget = suite.get("budget") or {}
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
+        raise SuiteError(f"{path}: seeds: a non-empty list of integers (got {seeds!r})")
+    tasks = suite.get("tasks", [{"name": "chain"}])
+    if not isinstance(tasks, list) or not tasks:
+        raise SuiteError(
+            f"{path}: tasks: a non-empty list of task entries (leave it out for the chain task)"
+        )
+    fixed = _mapping(suite.get("settings"), path, "settings")
+    budget = _mapping(suite.get("budget"), path, "budget")
     fixed.update({f"budget.{k}": v for k, v in budget.items()})
-    grid = _sweep(dict(suite.get("grid") or {}))
+    grid = _sweep(_mapping(suite.get("grid"), path, "grid"))
     runs = []
     for task in tasks:
         if not isinstance(task, dict) or "name" not in task:
@@ -175,9 +197,12 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
         tag = task.get("label", "")
         if tag and not re.fullmatch(r"[a-z][a-z0-9]*", str(tag)):
             raise SuiteError(f"{path}: tasks: a label is a-z, 0-9 (got {tag!r})")
-        task_grid = _sweep(dict(task["grid"] or {})) if "grid" in task else grid
-        task_fixed = {**fixed, **(task.get("settings") or {})}
-        for options in _sweep(dict(task.get("options") or {})):
+        where = f"tasks: {task['name']}"
+        task_grid = (
+            _sweep(_mapping(task["grid"], path, f"{where}: grid")) if "grid" in task else grid
+        )
+        task_fixed = {**fixed, **_mapping(task.get("settings"), path, f"{where}: settings")}
+        for options in _sweep(_mapping(task.get("options"), path, f"{where}: options")):
             for point in task_grid:
                 parts = (task["name"], tag, _slug(options), _slug(point))
                 label = "-".join(x for x in parts if x)

@@ -192,6 +192,20 @@ CASES += [
     (["values", "--samples", "0"], "--samples: must be an integer >= 1"),
     (["nosuch"], "invalid choice: 'nosuch'"),
     (["leaderboard", "{tmp}", "--out", "{tmp}/afile"], "--out: {tmp}/afile is a file"),
+    # suites of the wrong shape: a clear refusal, never a traceback or a silent default
+    (["bench", "--suite", "{tmp}/s_tasks_empty.yaml"], "tasks: a non-empty list of task entries"),
+    (["bench", "--suite", "{tmp}/s_tasks_map.yaml"], "tasks: a non-empty list of task entries"),
+    (["bench", "--suite", "{tmp}/s_seeds_empty.yaml"], "seeds: a non-empty list of integers"),
+    (
+        ["bench", "--suite", "{tmp}/s_settings_list.yaml"],
+        "settings: a mapping of keys to values (got list)",
+    ),
+    (
+        ["bench", "--suite", "{tmp}/s_budget_num.yaml"],
+        "budget: a mapping of keys to values (got int)",
+    ),
+    (["bench", "--suite", "{tmp}/s_options_list.yaml"], "tasks: chain: options: a mapping"),
+    (["bench", "--suite", "{tmp}/s_methods_empty.yaml"], "methods: name at least one method"),
     # a key given twice: YAML would keep the last one without a word
     (
         [*TRAIN, "--config", "{tmp}/twice.yaml"],
@@ -217,6 +231,16 @@ def folder(tmp_path):
     (tmp_path / "suite_unknown.yaml").write_text("description: x\nnosuch: 1\n")
     (tmp_path / "twice.yaml").write_text("seed: 1\nseed: 2\n")
     (tmp_path / "suite_twice.yaml").write_text("description: x\nseeds: [0]\nseeds: [1]\n")
+    for name, text in (
+        ("s_tasks_empty", "tasks: []"),
+        ("s_tasks_map", "tasks: {name: chain}"),
+        ("s_seeds_empty", "seeds: []"),
+        ("s_settings_list", "settings: [1, 2]"),
+        ("s_budget_num", "budget: 3"),
+        ("s_options_list", "tasks: [{name: chain, options: [1]}]"),
+        ("s_methods_empty", "methods: []"),
+    ):
+        (tmp_path / f"{name}.yaml").write_text(f"description: x\n{text}\n")
     return tmp_path
 
 

@@ -192,6 +192,12 @@ CASES += [
     (["values", "--samples", "0"], "--samples: must be an integer >= 1"),
     (["nosuch"], "invalid choice: 'nosuch'"),
     (["leaderboard", "{tmp}", "--out", "{tmp}/afile"], "--out: {tmp}/afile is a file"),
+    # outputs that are files, named before anything is computed
+    (["explain", "--methods", "grpo", "--out", "{tmp}/afile"], "--out: {tmp}/afile is a file"),
+    (["explain", "--methods", "grpo", "--out", "{tmp}/afile/x"], "--out: {tmp}/afile is a file"),
+    (["bootstrap", "--out", "{tmp}/afile/x"], "--out: {tmp}/afile is a file"),
+    (["values", "--out", "{tmp}/afile/v.csv"], "--out: {tmp}/afile is a file"),
+    (["values", "--out", "{tmp}/broken"], "--out: {tmp}/broken is a folder; name a CSV file"),
     # suites of the wrong shape: a clear refusal, never a traceback or a silent default
     (["bench", "--suite", "{tmp}/s_tasks_empty.yaml"], "tasks: a non-empty list of task entries"),
     (["bench", "--suite", "{tmp}/s_tasks_map.yaml"], "tasks: a non-empty list of task entries"),

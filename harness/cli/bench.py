@@ -11,6 +11,7 @@ creditbench gradients --methods grpo oracle --batches 12
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from creditbench.harness.cli.common import (
     add_set_option,
@@ -98,6 +99,15 @@ def _cmd_values(args: argparse.Namespace) -> int:
                                ("--samples", args.samples, 2)):  # fmt: skip
         if value < least:
             return usage_error("values", f"{flag}: must be >= {least} (got {value})")
+    if args.out is not None:
+        from creditbench.harness.records.rundir import RunDirError, check_creatable
+
+        if Path(args.out).is_dir():
+            return usage_error("values", f"--out: {args.out} is a folder; name a CSV file")
+        try:  # before the continuations are sampled, not after
+            check_creatable(Path(args.out).parent, "--out")
+        except RunDirError as err:
+            return usage_error("values", str(err))
     set_threads(args.threads)
     quiet_transformers()
     try:

@@ -59,6 +59,13 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
 
         # On busy cores one thread can be many times faster than two that wait for each other.
         torch.set_num_threads(args.threads)
+    if args.out is not None and not Path(args.out).exists():
+        from creditbench.harness.records.rundir import RunDirError, check_creatable
+
+        try:  # before minutes of pre-training: the folder must be one that can be made
+            check_creatable(Path(args.out).parent, "--out")
+        except RunDirError as err:
+            return usage_error("bootstrap", str(err))
     if args.out is not None and Path(args.out).exists():
         return usage_error(
             "bootstrap", f"--out: {args.out} exists; remove it or choose another directory"

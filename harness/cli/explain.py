@@ -41,6 +41,17 @@ def _write(out: Path, responses, columns, title) -> None:
     print(out / "credit.png")
 
 
+def _check_out(out: Path) -> str | None:
+    """Why ``out`` cannot take the pictures (a file, or under one), or None."""
+    from creditbench.harness.records.rundir import RunDirError, check_creatable
+
+    try:
+        check_creatable(out, "--out")
+    except RunDirError as err:
+        return str(err)
+    return None
+
+
 def _explain_run(args: argparse.Namespace) -> int:
     from creditbench.harness.records.rundir import RunDir, RunDirError
     from creditbench.leaderboard.explain import run_panels
@@ -65,7 +76,10 @@ def _explain_run(args: argparse.Namespace) -> int:
     if not panels:
         return usage_error("explain", f"--step: step {step} logged no failed response to draw")
     title = f"{Path(args.run).name}: step {step}, {method}'s token advantages"
-    _write(Path(args.out or run.path / "explain"), panels, [method], title)
+    out = Path(args.out or run.path / "explain")
+    if (problem := _check_out(out)) is not None:
+        return usage_error("explain", problem)
+    _write(out, panels, [method], title)
     return 0
 
 
@@ -79,6 +93,9 @@ def _explain_methods(args: argparse.Namespace) -> int:
         return usage_error("explain", "--methods: name at least one method")
     if args.responses < 1:
         return usage_error("explain", f"--responses: must be >= 1 (got {args.responses})")
+    out = Path(args.out or "explain")
+    if (problem := _check_out(out)) is not None:  # before the batch is sampled and scored
+        return usage_error("explain", problem)
     try:
         config = load_config(None, [f"method={methods[0]}", *args.overrides], resolve=False)
         samples = explain_methods(config, methods)
@@ -90,7 +107,7 @@ def _explain_methods(args: argparse.Namespace) -> int:
             "explain", f"{methods[0]}'s batch has no failed response with a wrong step"
         )
     title = f"Token credit on {config.task}, seed {config.seed}: {', '.join(methods)}"
-    _write(Path(args.out or "explain"), responses, methods, title)
+    _write(out, responses, methods, title)
     return 0
 
 

@@ -364,7 +364,7 @@ def run_suite(
         minutes_text,
     )
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.records.rundir import RunDir, check_creatable
+    from creditbench.harness.records.rundir import RunDir, check_creatable, check_not_inside_a_run
     from creditbench.harness.training.trainer import Trainer
 
     path = suite_path(suite)
@@ -375,6 +375,7 @@ def run_suite(
     results_dir = Path(results or f"runs/bench-{path.stem}")
     try:
         check_creatable(results_dir, "--results")
+        check_not_inside_a_run(results_dir / "run", "--results")  # results_dir itself included
     except ConfigError as err:
         raise SuiteError(str(err)) from None
     if workers is not None and workers < 1:

@@ -198,6 +198,13 @@ CASES += [
     (["bootstrap", "--out", "{tmp}/afile/x"], "--out: {tmp}/afile is a file"),
     (["values", "--out", "{tmp}/afile/v.csv"], "--out: {tmp}/afile is a file"),
     (["values", "--out", "{tmp}/broken"], "--out: {tmp}/broken is a folder; name a CSV file"),
+    # runs nested in a run: invisible to the leaderboard, mixed with the run's files
+    (["train", "--method", "grpo", "--output", "{tmp}/arun"], "output_dir: {tmp}/arun/"),
+    (
+        ["bench", "--suite", "quick", "--results", "{tmp}/arun"],
+        "--results: {tmp}/arun/run is inside the run {tmp}/arun",
+    ),
+    (["bench", "--suite", "quick", "--results", "{tmp}/arun/more"], "is inside the run {tmp}/arun"),
     # suites of the wrong shape: a clear refusal, never a traceback or a silent default
     (["bench", "--suite", "{tmp}/s_tasks_empty.yaml"], "tasks: a non-empty list of task entries"),
     (["bench", "--suite", "{tmp}/s_tasks_map.yaml"], "tasks: a non-empty list of task entries"),
@@ -237,6 +244,9 @@ def folder(tmp_path):
     (tmp_path / "suite_unknown.yaml").write_text("description: x\nnosuch: 1\n")
     (tmp_path / "twice.yaml").write_text("seed: 1\nseed: 2\n")
     (tmp_path / "suite_twice.yaml").write_text("description: x\nseeds: [0]\nseeds: [1]\n")
+    (tmp_path / "arun").mkdir()  # a run directory: its config and environment
+    (tmp_path / "arun" / "config.yaml").write_text("method: grpo\n")
+    (tmp_path / "arun" / "environment.json").write_text("{}\n")
     for name, text in (
         ("s_tasks_empty", "tasks: []"),
         ("s_tasks_map", "tasks: {name: chain}"),

@@ -89,6 +89,21 @@ def check_creatable(path: str | Path, field: str) -> None:
         raise RunDirError(f"{field}: {probe} is not writable")
 
 
+def check_not_inside_a_run(path: str | Path, field: str) -> None:
+    """`RunDirError` naming ``field`` when a folder above ``path`` (``path`` itself excluded)
+    is a run directory (its ``config.yaml`` and ``environment.json``): a run or a results
+    folder nested there is invisible to the leaderboard and mixes with the run's files."""
+    probe = Path(path).absolute().parent
+    while True:
+        if (probe / "config.yaml").is_file() and (probe / "environment.json").is_file():
+            raise RunDirError(
+                f"{field}: {path} is inside the run {probe}; choose a folder outside any run"
+            )
+        if probe.parent == probe:
+            return
+        probe = probe.parent
+
+
 def _torch_save_synced(obj: Any, path: Path) -> None:
     with open(path, "wb") as f:
         torch.save(obj, f)

@@ -35,6 +35,7 @@ from creditbench.harness.records.rundir import (
     RunDirError,
     capture_environment,
     check_creatable,
+    check_not_inside_a_run,
     restore_rng_state,
 )
 from creditbench.harness.records.summary import budget_fields, default_run_name, run_summary
@@ -91,6 +92,7 @@ class Trainer:
             run_dir = RunDir(run_dir if run_dir is not None else run_path(self.config))
         self.run_dir = run_dir
         check_creatable(run_dir.path, "output_dir")
+        check_not_inside_a_run(run_dir.path, "output_dir")
         run_dir.check_config(to_dict(self.config))  # a finished run of another config too
         self.device = resolve_device(self.config.device)
 
@@ -266,9 +268,7 @@ class Trainer:
         record: dict[str, Any] = {"step": self.step, **budget_fields(self.meter)}
         record.update(batch_statistics(batch, advantages))
         # per-optimizer-step lists (grad_norms, update_norms) stay lists
-        record.update(
-            {key: v if isinstance(v, list) else float(v) for key, v in stats.items()}
-        )
+        record.update({key: v if isinstance(v, list) else float(v) for key, v in stats.items()})
         record.update(self.services.stats)  # what the method reported this step
         # A measurement, so a loss that runs a model pass of its own (SDPO's top-K) is not
         # charged for it here.

@@ -74,6 +74,16 @@ def headline_block(
     key = tuple(keys.iloc[0])
     n_methods = frame["method"].nunique()
     seeds = int(frame["n_seeds"].max())
+    if BASELINE not in set(frame["method"]):  # a campaign's first records: no gain to show yet
+        return "\n".join(
+            [
+                START,
+                f"The hard setting of the frozen protocol: {n_methods} methods have finished "
+                f"runs, GRPO not yet, so no gain over it can be shown; the board fills in as "
+                "the campaign's runs are committed.",
+                END,
+            ]
+        )
     figure = f"{board}/gain_forest-{slug(key)}.png"
     return "\n".join(
         [

@@ -331,3 +331,16 @@ def test_a_folder_that_cannot_be_written_is_named_before_anything_runs(
     err = capsys.readouterr().err.strip()
     assert f"{flag}: {readonly} is not writable" in err and len(err.splitlines()) == 1
     assert list(readonly.iterdir()) == []
+
+
+def test_ctrl_c_ends_a_command_in_one_line_with_exit_130(monkeypatch, capsys):
+    from creditbench.harness.cli import methods
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(methods, "_cmd_methods", interrupted)
+    assert main(["methods"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("creditbench methods: interrupted;") and "resumes" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err

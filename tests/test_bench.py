@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -236,3 +237,59 @@ budget: {{unit: steps, amount: 2}}
     assert main(["bench", "--suite", str(suite), "--results", str(results), "--dry-run"]) == 0
     assert capsys.readouterr().out.count("[  done]") == 2
     assert "Suite tiny: all 2 runs finished." in (results / "leaderboard.md").read_text()
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.slow
+def test_sigterm_to_bench_stops_its_workers_and_says_so(tmp_path):
+    """SIGTERM ends bench as Ctrl-C does: its workers stop with it (they trained on, orphaned),
+    and it says in one line what is kept, exit 130, no traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.tasks import get_task
+
+    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
+    policy = save_policy(build_model("nano", tokenizer, seed=0), tokenizer, tmp_path / "nano")
+    suite = tmp_path / "long.yaml"
+    suite.write_text(
+        f"methods: [grpo]\nseeds: [0]\ntasks:\n  - name: chain\n    options: {{steps: 2}}\n"
+        f"settings:\n  model.path: {str(policy)!r}\n  rollout.prompts_per_step: 2\n"
+        "  rollout.group_size: 2\n  rollout.max_new_tokens: 8\n  eval.n_problems: 2\n"
+        "budget: {unit: steps, amount: 100000}\n"
+    )
+    results = tmp_path / "results"
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "creditbench.harness.cli.main", "bench", "--suite", str(suite),
+         "--results", str(results), "--workers", "1", "--threads", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list(results.glob("chain-*/metrics.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.5)  # until the worker trains
+        assert len(_processes_mentioning(str(results))) == 2  # bench and its worker
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=60)
+    finally:
+        bench.kill()
+    assert bench.returncode == 130
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("bench:")]
+    assert lines == [lines[-1]] and "interrupted" in lines[-1] and "Traceback" not in err
+    time.sleep(2)
+    assert _processes_mentioning(str(results)) == []  # no worker left training

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from creditbench.harness.allocator import keep_freed_memory
 from creditbench.harness.cli.bench import add_bench_commands
@@ -50,8 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
+KEPT = (
+    "finished runs and the last checkpoint of an unfinished one are kept; the same command "
+    "resumes (train: --resume RUN)"
+)
+
+
+def _terminate_like_ctrl_c(signum: int, frame: object) -> None:
+    """SIGTERM ends a command as Ctrl-C does: the cleanup code runs (bench stops its workers
+    instead of leaving them training on)."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     keep_freed_memory()
+    if threading.current_thread() is threading.main_thread() and (
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    ):
+        signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -62,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except PluginError as err:  # any command may be the first to load the registry
         return usage_error(args.command, str(err))
+    except KeyboardInterrupt:
+        print(f"\ncreditbench {args.command}: interrupted; {KEPT}", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

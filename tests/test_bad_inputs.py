@@ -198,6 +198,8 @@ CASES += [
     (["bootstrap", "--out", "{tmp}/afile/x"], "--out: {tmp}/afile is a file"),
     (["values", "--out", "{tmp}/afile/v.csv"], "--out: {tmp}/afile is a file"),
     (["values", "--out", "{tmp}/broken"], "--out: {tmp}/broken is a folder; name a CSV file"),
+    # a model refused only when it is loaded: the run folder made for it goes again
+    ([*TRAIN, "--set", "model.path={tmp}/noweights"], "{tmp}/noweights: cannot load a model"),
     # runs nested in a run: invisible to the leaderboard, mixed with the run's files
     (["train", "--method", "grpo", "--output", "{tmp}/arun"], "output_dir: {tmp}/arun/"),
     (
@@ -244,6 +246,8 @@ def folder(tmp_path):
     (tmp_path / "suite_unknown.yaml").write_text("description: x\nnosuch: 1\n")
     (tmp_path / "twice.yaml").write_text("seed: 1\nseed: 2\n")
     (tmp_path / "suite_twice.yaml").write_text("description: x\nseeds: [0]\nseeds: [1]\n")
+    (tmp_path / "noweights").mkdir()  # a config a loader accepts, and no weights
+    (tmp_path / "noweights" / "config.json").write_text('{"model_type": "qwen2"}')
     (tmp_path / "arun").mkdir()  # a run directory: its config and environment
     (tmp_path / "arun" / "config.yaml").write_text("method: grpo\n")
     (tmp_path / "arun" / "environment.json").write_text("{}\n")

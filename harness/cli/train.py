@@ -104,12 +104,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 class _progress_bar:  # noqa: N801 - used like a function
-    """A tqdm bar over the budget, fed with every metrics record."""
+    """A tqdm bar over the budget, fed with every metrics record; drawn from the first record
+    on, so a run refused before it trains prints its one error line and no bar."""
 
     def __init__(self, trainer, disable: bool) -> None:
-        from tqdm.auto import tqdm
+        self.name, self.disable = trainer.run_dir.path.name, disable
+        self._bar = None
 
-        self.bar = tqdm(total=100, desc=trainer.run_dir.path.name, unit="%", disable=disable)
+    @property
+    def bar(self):
+        if self._bar is None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=100, desc=self.name, unit="%", disable=self.disable)
+        return self._bar
 
     def __call__(self, record: dict) -> None:
         fraction = record.get("budget_fraction")
@@ -124,7 +132,8 @@ class _progress_bar:  # noqa: N801 - used like a function
             self.bar.set_postfix(reward=round(record["reward_mean"], 3), refresh=False)
 
     def close(self) -> None:
-        self.bar.close()
+        if self._bar is not None:
+            self._bar.close()
 
 
 def _print_summary(summary: dict) -> None:

@@ -19,6 +19,7 @@ epoch's importance ratio is exactly 1.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -126,8 +127,19 @@ class Trainer:
         """
         if (summary := self.run_dir.read_summary()) is not None:
             return summary
-        with self.run_dir.lock():
-            return self._train(on_record)
+        # the highest folder this run creates: removed again when the run fails before its
+        # first record (a model that cannot be loaded), so a refused run leaves nothing behind
+        created = self.run_dir.path.absolute()
+        while not created.parent.exists():
+            created = created.parent
+        fresh = not created.exists()
+        try:
+            with self.run_dir.lock():
+                return self._train(on_record)
+        except BaseException:
+            if fresh and not self.run_dir.metrics_path.exists():
+                shutil.rmtree(created, ignore_errors=True)
+            raise
 
     def _train(self, on_record: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
         """:meth:`train` under the writer lock."""

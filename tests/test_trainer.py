@@ -712,3 +712,23 @@ def test_each_seed_evaluates_on_its_own_draw_of_the_eval_split():
     assert draw(len(split), 5) == draw(len(split) + 7, 9) == [p.prompt for p in split]
     with pytest.raises(Exception, match="eval.problems: must be one of seeded, first"):
         load_config(None, ["eval.problems=nosuch"])
+
+
+def test_resume_refuses_a_config_edited_since_the_checkpoint_naming_the_field(
+    test_methods, nano_policy, tmp_path, capsys
+):
+    import yaml
+
+    extra = ("budget.amount=4", "checkpoint_every=2", "eval.k_samples=0")
+    run(nano_policy, tmp_path / "r", TOKEN_METHOD, *extra)
+    folder = RunDir(tmp_path / "r")
+    folder.summary_path.unlink()  # as if killed after its last checkpoint
+    config = yaml.safe_load(folder.config_path.read_text())
+    config["train"]["lr"] = config["train"]["lr"] * 10  # edited between the kill and the resume
+    folder.config_path.write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(folder.path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "config.yaml: changed since step-" in err and "differs in train.lr" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not folder.is_finished()  # nothing trained on the mixed config

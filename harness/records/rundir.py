@@ -120,6 +120,11 @@ LOCK_FILE = ".lock"  # the writer's lock (RunDir.lock)
 AUXILIARY_FILE = "auxiliary.pt"  # a method's second trained model, when it has one
 
 
+def config_differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """The dotted paths at which two configs (nested mappings) differ."""
+    return _differences(old, new, path)
+
+
 def _differences(old: Any, new: Any, path: str = "") -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         out = []

@@ -19,6 +19,7 @@ epoch's importance ratio is exactly 1.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from creditbench.harness.records.rundir import (
     capture_environment,
     check_creatable,
     check_not_inside_a_run,
+    config_differences,
     restore_rng_state,
 )
 from creditbench.harness.records.summary import budget_fields, default_run_name, run_summary
@@ -334,7 +336,11 @@ class Trainer:
         self.run_dir.append_responses({"step": self.step, "responses": samples})
 
     def _trainer_state(self) -> dict[str, Any]:
-        return {"step": self.step, "meter": self.meter.state_dict(), "evals": self.evals}
+        # the config the checkpoint was trained under: a resume refuses a config.yaml edited
+        # since (a run that silently mixed two learning rates is no run of either)
+        config = json.loads(json.dumps(to_dict(self.config)))
+        return {"step": self.step, "meter": self.meter.state_dict(), "evals": self.evals,
+                "config": config}  # fmt: skip
 
     def _checkpoint(self) -> None:
         self.run_dir.save_checkpoint(
@@ -353,6 +359,8 @@ class Trainer:
             self.run_dir.truncate_metrics(-1)
             return
         saved = self.run_dir.load_checkpoint(latest)
+        state = saved.get("trainer_state")
+        self._check_unchanged(state.get("config") if isinstance(state, dict) else None, latest)
         from safetensors import SafetensorError
         from safetensors.torch import load_model
 
@@ -376,6 +384,20 @@ class Trainer:
         self.run_dir.truncate_metrics(self.step)
         self.services.on_policy_updated()
         restore_rng_state(saved["rng_state"])
+
+    def _check_unchanged(self, trained_under: dict[str, Any] | None, checkpoint: Path) -> None:
+        """`RunDirError` naming the fields when the run's config differs from the one
+        ``checkpoint`` was trained under (checkpoints older than this check carry none)."""
+        if trained_under is None:
+            return
+        now = json.loads(json.dumps(to_dict(self.config)))
+        differ = config_differences(trained_under, now)
+        if differ:
+            raise RunDirError(
+                f"{self.run_dir.config_path}: changed since {checkpoint.name} was written "
+                f"(differs in {', '.join(differ[:5])}); put the old values back to resume, or "
+                "start a new run"
+            )
 
     def _summary(self, started: float, *, status: str = "finished", error: str | None = None):
         return run_summary(

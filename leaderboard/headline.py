@@ -90,8 +90,9 @@ def headline_block(
             START,
             f"![AUC gain over GRPO per method, hard setting, 95% intervals, best first]({figure})",
             "",
-            f"The hard setting of the frozen protocol, {n_methods} methods, up to {seeds} seeds "
-            f"each: {setting_verdict(frame)} {_positions(frame)}",
+            f"The hard setting of the frozen protocol, {n_methods} methods, "
+            + ("one seed each" if seeds == 1 else f"up to {seeds} seeds each")
+            + f". {setting_verdict(frame)} {_positions(frame)}",
             END,
         ]
     )

@@ -136,7 +136,7 @@ def test_a_reproduce_launch_gives_grpo_config_only_arguments_it_has(tmp_path):
     from creditbench.harness.cli.main import main
 
     args = ["reproduce", "drgrpo", "--scale", "paper", "--task", "math", "--steps", "4"]
-    assert main([*args, "--engine", "trl", "--results", str(tmp_path), "--dry-run"]) == 0
+    assert main([*args, "--engine", "trl", "--results", str(tmp_path)]) == 0
     plan = json.loads((tmp_path / "trl" / "runs.json").read_text())
     for name, run in plan["runs"].items():
         here = {"use_vllm": False, "bf16": False, "use_cpu": True}  # the CPU stands in for a GPU

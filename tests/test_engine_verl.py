@@ -341,7 +341,7 @@ def test_a_reproduce_launch_uses_only_keys_of_verls_config_and_registers_its_row
     from creditbench.harness.cli.main import main
 
     args = ["reproduce", card, "--scale", "paper", "--task", "math", "--steps", "16"]
-    assert main([*args, "--engine", "verl", "--results", str(tmp_path), "--dry-run"]) == 0
+    assert main([*args, "--engine", "verl", "--results", str(tmp_path)]) == 0
     folder = tmp_path / "verl"
     config_file = Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml"
     config = yaml.safe_load(config_file.read_text())

@@ -24,7 +24,7 @@ def _reproduce(tmp_path, card, *extra):
 @pytest.fixture(scope="module")
 def drgrpo(tmp_path_factory):
     folder = tmp_path_factory.mktemp("reproduce")
-    assert _reproduce(folder, "drgrpo", "--dry-run") == 0
+    assert _reproduce(folder, "drgrpo") == 0  # written, run nowhere here
     return folder / "verl"
 
 
@@ -77,18 +77,27 @@ def test_the_data_and_the_reward_function_are_the_tasks(drgrpo):
     )
 
 
-def test_a_row_that_cannot_run_in_verl_is_left_out_with_its_reason(tmp_path, capsys):
-    assert _reproduce(tmp_path, "tempo", "--dry-run") == 0
+def test_a_card_whose_own_method_cannot_run_in_verl_is_refused_with_nothing_written(
+    tmp_path, capsys
+):
+    """A launch of TEMPO's card without TEMPO would run its GRPO baseline alone."""
+    assert _reproduce(tmp_path, "tempo") == 2
+    err = capsys.readouterr().err
+    assert "--engine verl: the method the card proposes cannot run on verl" in err
+    assert "tempo: its credit reads the response token ids" in err and "--engine builtin" in err
+    assert not (tmp_path / "verl").exists()
+
+
+def test_a_dry_run_prints_the_launch_and_writes_nothing(tmp_path, capsys):
+    assert _reproduce(tmp_path, "drgrpo", "--dry-run") == 0
     out = capsys.readouterr().out
-    assert "left out of the verl launch: tempo (its credit reads the response token ids" in out
-    runs = _runs((tmp_path / "verl" / "launch.sh").read_text())
-    assert {r["algorithm.adv_estimator"] for r in runs} == {"creditbench_tempo_grpo"}
-    plugin = (tmp_path / "verl" / "creditbench_plan.py").read_text()
-    assert "register('creditbench_tempo_grpo', 'grpo'" in plugin and "'tempo'" not in plugin
+    assert out.count("python -m verl.trainer.main_ppo") == 4
+    assert f"dry run, nothing written; it would write: {tmp_path / 'verl' / 'data'}" in out
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
 def test_dapo_runs_on_verls_own_dynamic_sampling(tmp_path, capsys):
-    assert _reproduce(tmp_path, "dapo", "--dry-run") == 0
+    assert _reproduce(tmp_path, "dapo") == 0
     out = capsys.readouterr().out
     assert "left out" not in out
     assert "in the verl launch, dapo: verl's filter samples until the batch is full" in out
@@ -124,7 +133,7 @@ def test_a_trl_launch_maps_each_run_onto_grpo_config_arguments(tmp_path, capsys)
     import json
 
     args = ["reproduce", "rloo", "--scale", "paper", "--task", "math", "--steps", "8"]
-    assert main([*args, "--engine", "trl", "--results", str(tmp_path), "--dry-run"]) == 0
+    assert main([*args, "--engine", "trl", "--results", str(tmp_path)]) == 0
     folder = tmp_path / "trl"
     assert subprocess.run(["bash", "-n", str(folder / "launch.sh")]).returncode == 0
     plan = json.loads((folder / "runs.json").read_text())
@@ -139,8 +148,9 @@ def test_a_trl_launch_maps_each_run_onto_grpo_config_arguments(tmp_path, capsys)
     compile((folder / "train.py").read_text(), "train.py", "exec")
 
 
-def test_a_trl_launch_leaves_out_what_trl_cannot_run(tmp_path, capsys):
-    assert _reproduce(tmp_path, "dapo", "--dry-run", "--engine", "trl") == 0  # the last wins
-    out = capsys.readouterr().out
-    assert "left out of the trl launch: dapo (its rollout keeps only mixed_groups" in out
-    assert "a filter TRL lacks" in out
+def test_a_trl_launch_of_a_card_whose_own_method_trl_cannot_run_is_refused(tmp_path, capsys):
+    assert _reproduce(tmp_path, "dapo", "--dry-run", "--engine", "trl") == 2  # the last wins
+    err = capsys.readouterr().err
+    assert "the method the card proposes cannot run on trl" in err
+    assert "dapo: its rollout keeps only mixed_groups" in err and "a filter TRL lacks" in err
+    assert not (tmp_path / "trl").exists()

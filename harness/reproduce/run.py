@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +273,7 @@ def reproduce(
     lines = describe(plan)
     print("\n".join(lines))
     if engine != "builtin":
-        return _write_engine_launch(plan, runs, folder, engine)
+        return _write_engine_launch(plan, runs, folder, engine, dry_run)
     if dry_run:
         if missing:
             print("missing for --scale paper: " + "; ".join(missing))
@@ -286,21 +287,46 @@ def reproduce(
     return publish(folder, f"reproduce_{card.id}.md", report, failed)
 
 
-def _write_engine_launch(plan: Plan, runs: list[Any], folder: Path, engine: str) -> int:
-    """Write and print the ``engine`` launch of ``plan`` into ``folder/<engine>``."""
+def _write_engine_launch(
+    plan: Plan, runs: list[Any], folder: Path, engine: str, dry_run: bool = False
+) -> int:
+    """Write and print the ``engine`` launch of ``plan`` into ``folder/<engine>`` (a dry run:
+    print it and write nothing). Refused, with nothing written, when a method the card
+    proposes cannot run on ``engine``: the launch would test its baselines alone."""
     from creditbench.harness.bench import run_config
     from creditbench.harness.reproduce.engines import write_verl_launch
     from creditbench.harness.reproduce.trl_launch import write_trl_launch
 
     configs = [run_config(run, folder) for run in runs]
     write = write_verl_launch if engine == "verl" else write_trl_launch
-    launch = write(plan, runs, configs, folder / engine)
+    target = folder / engine
+    with tempfile.TemporaryDirectory() as scratch:  # the launch is checked before it is written
+        launch = write(plan, runs, configs, Path(scratch) / engine)
+        proposed = {m.name for m in plan.card.methods if m.role == "proposed"}
+        own = {row: why for row, why in launch.left_out.items() if row in proposed}
+        if own:
+            reasons = "; ".join(f"{row}: {why}" for row, why in own.items())
+            raise ReproduceError(
+                f"--engine {engine}: the method{'s' if len(own) > 1 else ''} the card proposes "
+                f"cannot run on {engine} ({reasons}); a launch of its baselines alone would not "
+                "test the paper's claim. Nothing was written; run it with --engine builtin"
+            )
+        if dry_run:
+            shown = [str(Path(scratch) / engine), str(target)]
+        else:
+            launch = write(plan, runs, configs, target)
+            shown = [str(target), str(target)]
+
+    def here(text: str) -> str:
+        return text.replace(shown[0], shown[1])
+
     for row, why in launch.left_out.items():
         print(f"left out of the {engine} launch: {row} ({why})")
     for row, note in launch.notes.items():
         print(f"in the {engine} launch, {row}: {note}")
     print(f"{engine} launch (runs nothing here):")
     for command in launch.commands:
-        print("  " + " ".join(command))
-    print("wrote: " + ", ".join(str(path) for path in launch.files))
+        print("  " + here(" ".join(command)))
+    files = ", ".join(here(str(path)) for path in launch.files)
+    print(("dry run, nothing written; it would write: " if dry_run else "wrote: ") + files)
     return 0

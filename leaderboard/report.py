@@ -360,7 +360,10 @@ def render(
     finished = set(table.loc[table["kind"] == "run", "run"])
     # A suite's manifest lies in its results folder, or next to the runs.csv committed from it.
     folders = dict.fromkeys(p if p.is_dir() else p.parent for p in paths_in)
-    coverage = [s for folder in folders for s in suite_coverage(folder, finished)]
+    # one sentence per manifest read: a copy beside a committed runs.csv says it once
+    coverage = list(
+        dict.fromkeys(s for folder in folders for s in suite_coverage(folder, finished))
+    )
     # the board is named after the suites it shows, else after the folder it is written to
     suites = [n for folder in folders for n in suite_names(folder)]
     name = f"suite {', '.join(dict.fromkeys(suites))}" if suites else out.resolve().name

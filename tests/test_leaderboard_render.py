@@ -138,10 +138,19 @@ def test_a_suite_manifest_makes_the_page_say_how_much_of_the_suite_it_holds(tmp_
     assert "suite-broken.json: unreadable suite manifest" in md
     # the board is named after its suite, not the folder it was written to
     assert md.startswith("# creditbench leaderboard: suite demo\n")
+    # a committed runs.csv rendered with the folder of later runs, both beside the same
+    # manifest: the suite is counted once
+    board = tmp_path / "board"
+    render(root, board, reps=50, records_only=True)
+    shutil.copy(root / "suite-demo.json", board / "suite-demo.json")
+    md = render([board / "runs.csv", root], board, reps=50)["markdown"].read_text()
+    assert md.count("Suite demo: all 4 runs finished.") == 1
     plain = tmp_path / "plain"
     make_run(plain, "grpo-s0", "grpo", 0)
-    assert render(plain, reps=50)["markdown"].read_text().startswith(
-        "# creditbench leaderboard: plain\n"
+    assert (
+        render(plain, reps=50)["markdown"]
+        .read_text()
+        .startswith("# creditbench leaderboard: plain\n")
     )
 
 

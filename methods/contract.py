@@ -372,6 +372,13 @@ class Services(Protocol):
         ValueError on a task without variants. Charged: nothing."""
         ...
 
+    def answer_texts(self, batch: RolloutBatch) -> list[str]:
+        """The reference answer of every row as the task's responses state it (the testbed:
+        its answer line, ``Answer: N``; MATH: ``The answer is \\boxed{N}.``), for a method
+        that scores the answer's likelihood (MIG). Raises ValueError on a task without an
+        answer format. Charged: nothing."""
+        ...
+
     def task_repair(self, batch: RolloutBatch) -> list[str]:
         """The task's scripted minimal repair of every row's response (on the testbed: the
         first wrong step fixed, later values recomputed). Raises ValueError on a task without

@@ -158,6 +158,41 @@ class FakeServices(StepServices):
         index = extras.get(PROBLEM_INDEX, batch.group_ids).tolist()
         return [SimpleNamespace(prompt=f"problem {i}", answer="0") for i in index]
 
+    def batch_from_responses(
+        self, problem_index: Sequence[int] | Tensor, responses: Sequence[Any]
+    ) -> RolloutBatch:
+        """Responses (token ids, or text: a number word is its id, any other word a hash) as
+        a batch, one group per row, rewarded 0, scored by :meth:`score`."""
+        self.calls.append(f"batch_from_responses:{len(responses)}")
+
+        def ids(response: Any) -> list[int]:
+            if not isinstance(response, str):
+                return [int(t) for t in response]
+            return [
+                int(w) if w.isdigit() else 1 + zlib.crc32(w.encode()) % 7 for w in response.split()
+            ]
+
+        rows = [ids(response) or [0] for response in responses]
+        width = max(len(r) for r in rows)
+        count = len(rows)
+        batch = RolloutBatch(
+            prompt_ids=torch.ones(count, 1, dtype=torch.long),
+            prompt_mask=torch.ones(count, 1),
+            response_ids=torch.tensor([r + [0] * (width - len(r)) for r in rows]),
+            response_mask=torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rows]),
+            group_ids=torch.arange(count),
+            rewards=torch.zeros(count),
+            old_logprobs=torch.zeros(count, width),
+            extras={PROBLEM_INDEX: torch.as_tensor(list(problem_index), dtype=torch.long)},
+        )
+        batch.old_logprobs = self.score(batch)
+        return batch
+
+    def answer_texts(self, batch: RolloutBatch) -> list[str]:
+        """The problem's answer ("0") stated as an answer line, one per row."""
+        self.calls.append("answer_texts")
+        return [f"answer {problem.answer}" for problem in self.problems(batch)]
+
     def task_values(self, batch: RolloutBatch) -> Tensor:
         """``[B, S]`` a value in [0, 1] for every state, a hash of (problem, prefix), NaN past a
         row's states (the states of ``methods.values.state_starts``)."""

@@ -336,6 +336,9 @@ class HarnessServices:
     ) -> list[str]:
         return self.text.variant(batch, kind, hints)
 
+    def answer_texts(self, batch: RolloutBatch) -> list[str]:
+        return self.text.answer_texts(batch)
+
     def task_repair(self, batch: RolloutBatch) -> list[str]:
         return self.text.task_repair(batch)
 

@@ -85,6 +85,13 @@ class TaskText:
             out.append(self.task.variant(problem, kind, **options))
         return out
 
+    def answer_texts(self, batch: RolloutBatch) -> list[str]:
+        """The reference answer of every row as the task's responses state it
+        (``answer_text``). Runs no model, costs nothing."""
+        if not hasattr(self.task, "answer_text"):
+            raise ValueError(f"task {self.task.name!r} has no answer format (answer_text)")
+        return [self.task.answer_text(problem) for problem in self.problems(batch)]
+
     def task_repair(self, batch: RolloutBatch) -> list[str]:
         """The task's scripted minimal repair of every row's response (on the chain task: the
         first wrong step fixed and every later value recomputed). Runs no model, costs nothing.

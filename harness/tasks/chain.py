@@ -263,6 +263,10 @@ class ChainTask:
 
     # ---------------------------------------------------------------- solutions
 
+    def answer_text(self, problem: Problem) -> str:
+        """The reference answer as a response states it: its answer line."""
+        return f"Answer: {problem.answer}"
+
     def reference_solution(self, problem: Problem) -> str:
         start, ops = self._key(problem)
         values = running_values(start, list(ops))

@@ -232,6 +232,11 @@ class MathTask:
     def grade(self, problem: Problem, response: str) -> Grade:
         return grade_math(response, problem.answer, timeout_s=self.timeout_s)
 
+    def answer_text(self, problem: Problem) -> str:
+        """The reference answer as a response states it: in the \\boxed{} the prompt asks for
+        (:data:`DEFAULT_TEMPLATE`)."""
+        return f"The answer is \\boxed{{{problem.answer}}}."
+
     def step_spans(self, response: str) -> list[Span]:
         """The character spans of the response's reasoning steps, in order: lines on GSM8K,
         sentences and lines outside LaTeX on MATH and MATH-500 (:mod:`.solution_steps`)."""

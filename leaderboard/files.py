@@ -101,23 +101,38 @@ def read_run_config(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def read_metric_lines(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
-    """``(line, record)`` of every complete line of a ``metrics.jsonl`` (none if it is absent).
+def read_metric_lines(
+    path: str | Path, lists: tuple[str, ...] = ()
+) -> list[tuple[str, dict[str, Any]]]:
+    """``(line, record)`` of every complete line of a ``metrics.jsonl`` or ``responses.jsonl``
+    (none if it is absent).
 
     The part after the last newline is a line torn by a crash mid-append and is ignored; a
-    complete line that is not JSON is an error naming the file and line.
+    complete line that is not a JSON object with an integer ``"step"`` (and a list under each
+    key of ``lists``) is an error naming the file and line.
     """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
+    except UnicodeDecodeError:
+        raise RunFormatError(f"{path}: not UTF-8 text") from None
     out = []
     for number, line in enumerate(text.split("\n")[:-1], start=1):
         if not line.strip():
             continue
         try:
-            out.append((line, json.loads(line)))
+            record = json.loads(line)
         except ValueError:
             raise RunFormatError(f"{path}:{number}: not a JSON record") from None
+        step = record.get("step") if isinstance(record, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise RunFormatError(
+                f'{path}:{number}: not a record of this file (a JSON object with an integer "step")'
+            )
+        for key in lists:
+            if not isinstance(record.get(key), list):
+                raise RunFormatError(f'{path}:{number}: "{key}" is missing or not a list')
+        out.append((line, record))
     return out

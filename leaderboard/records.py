@@ -71,6 +71,26 @@ def _config(row: dict[str, Any], where: str) -> dict[str, Any]:
     return config
 
 
+# The columns of a runs.csv that hold text; every other column holds numbers.
+TEXT_COLUMNS = frozenset(
+    ("run", "kind", "method", "task", "options", "setting", "accuracy_metric", *RECORD_COLUMNS)
+)
+
+
+def _check_numbers(frame: pd.DataFrame, path: Path) -> None:
+    """Refuse a cell that should hold a number and does not (a contributed runs.csv edited by
+    hand: ``sampled_accuracy=high``), naming the file, line and column."""
+    for column in frame.columns:
+        if column in TEXT_COLUMNS or pd.api.types.is_numeric_dtype(frame[column]):
+            continue
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        bad = frame[column].notna() & numbers.isna()
+        if bad.any():
+            index = int(bad.to_numpy().nonzero()[0][0])
+            value = frame[column].iloc[index]
+            raise RunFormatError(f"{path}:{index + 2}: {column} {value!r} is not a number")
+
+
 def read_records(path: str | Path) -> dict[str, tuple[dict, dict, list[dict]]]:
     """``{run: (config, environment, rows)}`` of a ``runs.csv``, as :mod:`.collect` reads a folder.
 
@@ -87,6 +107,7 @@ def read_records(path: str | Path) -> dict[str, tuple[dict, dict, list[dict]]]:
         raise RunFormatError(
             f"{path}: not a leaderboard's runs.csv (no column {', '.join(missing)})"
         )
+    _check_numbers(frame, path)
     runs: dict[str, tuple[dict, dict, list[dict]]] = {}
     rows: dict[str, list[dict]] = {}
     for index, raw in enumerate(frame.to_dict("records")):

@@ -231,6 +231,21 @@ CASES += [
         "suite_twice.yaml:3:1: invalid YAML: duplicate key 'seeds'",
     ),
     (["leaderboard", "{tmp}", "--out", "{tmp}/afile/board"], "--out: {tmp}/afile is a file"),
+    # -- files broken on disk or edited by hand: named with their line -------------------------
+    (
+        ["leaderboard", "{tmp}/badcell.csv", "--out", "{out}"],
+        "badcell.csv:2: sampled_accuracy 'high' is not a number",
+    ),
+    (
+        ["leaderboard", "{tmp}/badfraction.csv", "--out", "{out}"],
+        "badfraction.csv:2: budget_fraction 'abc' is not a",
+    ),
+    (["explain", "{tmp}/resp_list"], "resp_list/responses.jsonl:1: not a record of this file"),
+    (["explain", "{tmp}/resp_number"], 'resp_number/responses.jsonl:1: "responses" is missing'),
+    (
+        ["explain", "{tmp}/resp_entries"],
+        "resp_entries/responses.jsonl: record 1 (step 2): a response",
+    ),
 ]
 
 
@@ -251,6 +266,22 @@ def folder(tmp_path):
     (tmp_path / "arun").mkdir()  # a run directory: its config and environment
     (tmp_path / "arun" / "config.yaml").write_text("method: grpo\n")
     (tmp_path / "arun" / "environment.json").write_text("{}\n")
+    header = "run,kind,method,task,options,setting,seed,config,budget_fraction,sampled_accuracy\n"
+    (tmp_path / "badcell.csv").write_text(
+        header + "r,eval,grpo,chain,default,default,0,,0.5,high\n"
+    )
+    (tmp_path / "badfraction.csv").write_text(
+        header + "r,eval,grpo,chain,default,default,0,,abc,0.5\n"
+    )
+    for name, record in (
+        ("resp_list", "[1, 2]"),
+        ("resp_number", '{"step": 2, "responses": 5}'),
+        ("resp_entries", '{"step": 2, "responses": [1, 2]}'),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text("method: grpo\n")
+        (tmp_path / name / "environment.json").write_text("{}\n")
+        (tmp_path / name / "responses.jsonl").write_text(record + "\n")
     for name, text in (
         ("s_tasks_empty", "tasks: []"),
         ("s_tasks_map", "tasks: {name: chain}"),

@@ -148,6 +148,40 @@ def test_corrupt_middle_line_names_file_and_line(tmp_path):
         run.read_metrics()
 
 
+@pytest.mark.parametrize("line", ["[1, 2]", "42", '"step"', '{"step": "7"}', '{"step": true}'])
+def test_a_json_line_of_another_shape_names_file_and_line(tmp_path, line):
+    run = RunDir(tmp_path)
+    run.metrics_path.write_text('{"step": 1}\n' + line + "\n")
+    with pytest.raises(
+        RunDirError,
+        match=r'metrics\.jsonl:2: not a record of this file \(a JSON object with an integer "step',
+    ):
+        run.read_metrics()
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (
+            '{"step": 1, "responses": 5}',
+            r'responses\.jsonl:1: "responses" is missing or not a list',
+        ),
+        ('{"step": 1}', r'responses\.jsonl:1: "responses" is missing or not a list'),
+        ('{"step": 1, "responses": [1, 2]}', r"record 1 \(step 1\): a response is not an object"),
+        (
+            '{"step": 1, "responses": [{"prompt": "p", "tokens": ["a"], "advantages": [0.1, 0.2],'
+            ' "reward": 1, "first_wrong": []}]}',
+            r"advantages \(one per token\)",
+        ),
+    ],
+)
+def test_a_responses_record_of_another_shape_is_named(tmp_path, record, message):
+    run = RunDir(tmp_path)
+    run.responses_path.write_text(record + "\n")
+    with pytest.raises(RunDirError, match=message):
+        run.read_responses()
+
+
 def test_truncate_metrics_keeps_earlier_steps_verbatim(tmp_path):
     run = RunDir(tmp_path)
     for step in range(1, 6):
@@ -238,6 +272,20 @@ def test_checkpoint_round_trip(tmp_path, tiny_model):
         tiny_model.state_dict().items(), reloaded.state_dict().items(), strict=True
     ):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("broken", ["optimizer.pt", "rng.pt"])
+@pytest.mark.parametrize("content", [b"garbage, not a torch save", b""])
+def test_a_broken_checkpoint_file_is_named_in_one_line(tmp_path, tiny_model, broken, content):
+    run = RunDir(tmp_path)
+    path = run.save_checkpoint(
+        3, model=tiny_model, tokenizer=None, optimizer_state={}, trainer_state={"step": 3}
+    )
+    (path / broken).write_bytes(content)
+    with pytest.raises(RunDirError) as caught:
+        run.load_checkpoint(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path / broken}: cannot read checkpoint (") and "\n" not in message
 
 
 def save(run, step, model):

@@ -29,6 +29,7 @@ import errno
 import fcntl
 import json
 import os
+import pickle
 import re
 import shutil
 import socket
@@ -283,11 +284,22 @@ class RunDir:
         self._append_line(self.responses_path, record)
 
     def read_responses(self) -> list[dict[str, Any]]:
-        """Every complete responses.jsonl record, in order (none when the run logged none)."""
+        """Every complete responses.jsonl record, in order (none when the run logged none).
+        A response that is not what the trainer logs (``prompt``, ``tokens``, ``advantages`` as
+        long as ``tokens``, ``reward``, ``first_wrong``) is an error naming the file and line."""
         try:
-            return [record for _, record in read_metric_lines(self.responses_path)]
+            lines = read_metric_lines(self.responses_path, ("responses",))
         except RunFormatError as err:
             raise RunDirError(str(err)) from None
+        for number, (_, record) in enumerate(lines, start=1):
+            for response in record["responses"]:
+                if not _is_logged_response(response):
+                    raise RunDirError(
+                        f"{self.responses_path}: record {number} (step {record['step']}): a "
+                        "response is not an object with prompt, tokens, advantages (one per "
+                        "token), reward and first_wrong"
+                    )
+        return [record for _, record in lines]
 
     def _metric_lines(self) -> list[tuple[str, dict[str, Any]]]:
         try:
@@ -306,7 +318,7 @@ class RunDir:
         atomic_write_text(self.metrics_path, "".join(line + "\n" for line in kept))
         if self.responses_path.exists():
             try:
-                lines = read_metric_lines(self.responses_path)
+                lines = read_metric_lines(self.responses_path, ("responses",))
             except RunFormatError as err:
                 raise RunDirError(str(err)) from None
             kept = [line for line, record in lines if record["step"] <= after_step]
@@ -406,20 +418,15 @@ class RunDir:
         match = _CHECKPOINT_NAME.fullmatch(path.name)
         if not match or not (path / COMPLETE_MARKER).is_file():
             raise RunDirError(f"{path}: not a complete checkpoint")
+        trainer_file = path / "trainer_state.json"
         try:
-            trainer_state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-            optimizer_state = torch.load(
-                path / "optimizer.pt", map_location="cpu", weights_only=True
-            )
-            rng_state = torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
-            auxiliary = path / AUXILIARY_FILE
-            auxiliary_state = (
-                torch.load(auxiliary, map_location="cpu", weights_only=True)
-                if auxiliary.is_file()
-                else None
-            )
-        except (OSError, ValueError, RuntimeError) as err:
-            raise RunDirError(f"{path}: cannot read checkpoint ({err})") from None
+            trainer_state = json.loads(trainer_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise RunDirError(f"{trainer_file}: cannot read checkpoint ({err})") from None
+        optimizer_state = _load_tensors(path / "optimizer.pt")
+        rng_state = _load_tensors(path / "rng.pt")
+        auxiliary = path / AUXILIARY_FILE
+        auxiliary_state = _load_tensors(auxiliary) if auxiliary.is_file() else None
         return {
             "step": int(match.group(1)),
             "path": path,
@@ -470,3 +477,28 @@ class MetricsLogger:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _is_logged_response(response: Any) -> bool:
+    """Whether ``response`` has the shape the trainer logs to responses.jsonl."""
+    if not isinstance(response, dict):
+        return False
+    tokens, advantages = response.get("tokens"), response.get("advantages")
+    return (
+        isinstance(response.get("prompt"), str)
+        and isinstance(tokens, list)
+        and isinstance(advantages, list)
+        and len(advantages) == len(tokens)
+        and isinstance(response.get("reward"), int | float)
+        and isinstance(response.get("first_wrong"), list)
+    )
+
+
+def _load_tensors(path: Path) -> Any:
+    """``torch.load`` of a checkpoint file (tensors only); a file that is missing, cut short or
+    not a torch save is a :class:`RunDirError` naming it, in one line."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RunDirError(f"{path}: cannot read checkpoint ({reason})") from None

@@ -8,11 +8,17 @@ must not appear. What the harness promises on bad input is listed in ``docs/harn
 
 from __future__ import annotations
 
+import datetime
+import shutil
+from pathlib import Path
+
 import pytest
+import torch
 
 from creditbench.harness.cli.main import main
 
 TRAIN = ["train", "--method", "grpo", "--output", "{out}"]
+ASSETS = Path(__file__).parents[1] / "harness" / "assets"
 
 CASES = [
     # -- counts: integers >= 1, never "not given" ---------------------------------------------
@@ -240,6 +246,14 @@ CASES += [
         ["leaderboard", "{tmp}/badfraction.csv", "--out", "{out}"],
         "badfraction.csv:2: budget_fraction 'abc' is not a",
     ),
+    ([*TRAIN, "--set", "device=cuda:99"], "device: cuda:99 "),
+    (
+        [*TRAIN, "--set", "model.path={tmp}/notokenizer"],
+        "notokenizer: no tokenizer beside the model",
+    ),
+    ([*TRAIN, "--set", "model.path={tmp}/picklebin"], "holds objects other than tensors"),
+    ([*TRAIN, "--set", "model.path={tmp}/garbagebin"], "is not a readable torch save"),
+    (["eval", "--model", "{tmp}/picklebin"], "holds objects other than tensors"),
     (["explain", "{tmp}/resp_list"], "resp_list/responses.jsonl:1: not a record of this file"),
     (["explain", "{tmp}/resp_number"], 'resp_number/responses.jsonl:1: "responses" is missing'),
     (
@@ -261,8 +275,20 @@ def folder(tmp_path):
     (tmp_path / "suite_unknown.yaml").write_text("description: x\nnosuch: 1\n")
     (tmp_path / "twice.yaml").write_text("seed: 1\nseed: 2\n")
     (tmp_path / "suite_twice.yaml").write_text("description: x\nseeds: [0]\nseeds: [1]\n")
-    (tmp_path / "noweights").mkdir()  # a config a loader accepts, and no weights
+    (tmp_path / "noweights").mkdir()  # a config a loader accepts, a tokenizer, and no weights
     (tmp_path / "noweights" / "config.json").write_text('{"model_type": "qwen2"}')
+    (tmp_path / "noweights" / "tokenizer_config.json").write_text("{}")
+    (tmp_path / "notokenizer").mkdir()  # a config and no tokenizer files
+    (tmp_path / "notokenizer" / "config.json").write_text('{"model_type": "qwen2"}')
+    base = next(p for p in (ASSETS / "base").iterdir() if (p / "tokenizer.json").is_file())
+    for name, weights in (("picklebin", "objects"), ("garbagebin", "garbage")):
+        (tmp_path / name).mkdir()  # the shipped base's config and tokenizer, pickled weights
+        for file in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(base / file, tmp_path / name / file)
+        if weights == "objects":  # a pickle that would run code to load: never unpickled
+            torch.save({"w": datetime.date(2020, 1, 1)}, tmp_path / name / "pytorch_model.bin")
+        else:
+            (tmp_path / name / "pytorch_model.bin").write_bytes(b"not a torch save")
     (tmp_path / "arun").mkdir()  # a run directory: its config and environment
     (tmp_path / "arun" / "config.yaml").write_text("method: grpo\n")
     (tmp_path / "arun" / "environment.json").write_text("{}\n")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import uuid
 from pathlib import Path
@@ -156,6 +157,11 @@ def check_model_config(path: Path) -> None:
         raise ModelLoadError(f"{path}: no model_type, so not a transformers model config")
 
 
+# A tokenizer saved by ``save_pretrained`` leaves at least one of these (fast, config, or a
+# slow tokenizer's vocabulary); without them transformers would guess one from the model type.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
 def load_policy(
     path: str | Path,
     *,
@@ -176,6 +182,11 @@ def load_policy(
         raise FileNotFoundError(f"gguf_file: {path / gguf_file} does not exist")
     if gguf_file is None:
         check_model_config(path / "config.json")
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            raise ModelLoadError(
+                f"{path}: no tokenizer beside the model (none of {', '.join(TOKENIZER_FILES)}); "
+                "save it there with tokenizer.save_pretrained"
+            )
     # never run code shipped in a model folder: transformers would otherwise ask on a terminal
     # and run it on "y"; a model this needs is refused as any other unloadable one
     extra: dict[str, Any] = {"trust_remote_code": False}
@@ -186,7 +197,16 @@ def load_policy(
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **extra)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **extra)
-    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as err:
+    except pickle.UnpicklingError as err:
+        # a pickled checkpoint holding more than tensors would run code when loaded: never
+        reason = (
+            "its pytorch_model.bin holds objects other than tensors, which are never "
+            "unpickled here; save it as safetensors"
+            if "Unsupported global" in str(err)
+            else "its pytorch_model.bin is not a readable torch save: damaged or cut short"
+        )
+        raise ModelLoadError(f"{path}: cannot load a model from it ({reason})") from None
+    except (OSError, ValueError, KeyError, RuntimeError, EOFError, SafetensorError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ModelLoadError(f"{path}: cannot load a model from it ({first})") from None
     if tokenizer.pad_token is None:

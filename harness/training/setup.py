@@ -84,9 +84,23 @@ def check_run(config: RunConfig, method_cls: Any, task: Any) -> None:
 
 
 def resolve_device(name: str) -> torch.device:
+    """The torch device of ``device``: ``auto`` is a GPU where one is usable, else the CPU. A
+    GPU asked for and not usable here is a :class:`ConfigError` naming the field."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            built = "without CUDA" if torch.version.cuda is None else "and no GPU is visible"
+            raise ConfigError(
+                f"device: {name} is not available here (torch {torch.__version__} {built}); "
+                "use device=cpu, or device=auto to take a GPU where there is one"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"device: {name} does not exist here ({torch.cuda.device_count()} GPU(s))"
+            )
+    return device
 
 
 def needs_reference(config: RunConfig) -> bool:

@@ -237,6 +237,91 @@ CASES += [
         "suite_twice.yaml:3:1: invalid YAML: duplicate key 'seeds'",
     ),
     (["leaderboard", "{tmp}", "--out", "{tmp}/afile/board"], "--out: {tmp}/afile is a file"),
+    # -- every verb's own flags and names ---------------------------------------------------
+    (
+        ["values", "--checkpoint", "{tmp}/nosuch"],
+        "--checkpoint: {tmp}/nosuch holds no model.safetensors",
+    ),
+    (["gradients", "--batches", "0"], "--batches: must be an integer >= 1"),
+    (["perf", "--threads", "0"], "--threads: must be an integer >= 1"),
+    (["claims", "{tmp}/nosuch.csv"], "nosuch.csv: no such results directory or runs.csv"),
+    (["claims", "{tmp}/afile"], "afile: not a leaderboard's runs.csv"),
+    (["claims", "--card", "nosuch", "{tmp}"], "--card: no card 'nosuch'"),
+    (["validate", "--results", "{tmp}/afile"], "--results: {tmp}/afile is a file, not a folder"),
+    (["explain", "--method", "nosuch"], "unknown method 'nosuch'"),
+    (["conformance"], "the following arguments are required: NAME"),
+    (["reproduce", "dapo", "--minutes", "0"], "--minutes: must be > 0"),
+    (["reproduce", "dapo", "--minutes", "-3"], "--minutes: must be > 0"),
+    (["reproduce", "dapo", "--budget", "-1"], "--budget: must be > 0 FLOPs"),
+    (["bench", "--suite", "quick", "--seeds", "x"], "--seeds: 'x': seeds and ranges like 10-19"),
+    (
+        ["bench", "--suite", "quick", "--seeds", "5-2"],
+        "--seeds: '5-2': seeds and ranges like 10-19",
+    ),
+    (["bench", "--suite", "quick", "--only", ""], "--only:  matches no run of the suite"),
+    (["bench", "--suite", "quick", "--set", "nosuch=1"], "unknown key 'nosuch'"),
+    (
+        ["bench", "--suite", "quick", "--timings", "{tmp}/nosuch"],
+        "--timings: {tmp}/nosuch does not exist",
+    ),
+    (
+        ["train", "--method", "grpo", "--seed", "-1", "--output", "{out}"],
+        "seed: must be in [0, 2**32)",
+    ),
+    (
+        ["train", "--method", "grpo", "--resume", "{tmp}/arun", "--seed", "3"],
+        "--resume: takes the run's own config",
+    ),
+    (["eval", "--model", "{tmp}/notokenizer"], "notokenizer: no tokenizer beside the model"),
+    (["eval", "--model", "{tmp}/garbagebin"], "is not a readable torch save"),
+    (
+        ["train", "--output", "{out}", "--method", "spo", "--set", "method_options.rho=0"],
+        "method_options.rho: must be in (0, 1]",
+    ),
+    (
+        [
+            "train",
+            "--output",
+            "{out}",
+            "--method",
+            "spo",
+            "--set",
+            "method_options.cutpoint_interval=0",
+        ],
+        "method_options.cutpoint_interval: must be an integer >= 1",
+    ),
+    (
+        ["train", "--output", "{out}", "--method", "pppo", "--set", "method_options.eta_max=0.1"],
+        "method_options.eta_max: must be in [eta_start, 1]",
+    ),
+    (
+        [
+            "train",
+            "--output",
+            "{out}",
+            "--method",
+            "pppo",
+            "--set",
+            "method_options.continuations=-1",
+        ],
+        "method_options.continuations: must be an integer >= 0",
+    ),
+    (
+        [
+            "train",
+            "--output",
+            "{out}",
+            "--method",
+            "mig",
+            "--set",
+            "method_options.process_credit=token",
+        ],
+        "method_options.process_credit: must be one of response, step",
+    ),
+    (
+        ["train", "--output", "{out}", "--method", "mig", "--set", "method_options.sft_coef=-1"],
+        "method_options.sft_coef: must be >= 0",
+    ),
     # -- files broken on disk or edited by hand: named with their line -------------------------
     (
         ["leaderboard", "{tmp}/badcell.csv", "--out", "{out}"],
@@ -334,7 +419,7 @@ def test_a_bad_input_is_one_line_exit_2_and_writes_nothing(folder, capsys, argv,
 
 
 def test_the_catalogue_has_a_case_for_every_kind_it_promises():
-    assert len(CASES) >= 130 and len({tuple(argv) for argv, _ in CASES}) == len(CASES)
+    assert len(CASES) >= 200 and len({tuple(argv) for argv, _ in CASES}) == len(CASES)
 
 
 def _float_fields():

@@ -35,6 +35,7 @@ of it the folder holds.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import itertools
 import json
@@ -364,7 +365,12 @@ def run_suite(
         minutes_text,
     )
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.records.rundir import RunDir, check_creatable, check_not_inside_a_run
+    from creditbench.harness.records.rundir import (
+        RunDir,
+        RunDirError,
+        check_creatable,
+        check_not_inside_a_run,
+    )
     from creditbench.harness.training.trainer import Trainer
 
     path = suite_path(suite)
@@ -419,10 +425,17 @@ def run_suite(
             print(f"  [{state:>6}] {shown}  {run.name}")
         print(describe_plan(pending, estimates, workers))
         return 0
-    write_manifest(results_dir, path, runs)
-    _prepare_base_policies([trainers[r.name] for r in pending])
-    done = len(selected) - len(pending)
-    failed = _run_workers(pending, results_dir, workers, threads, done, tqdm)
+    # One bench a results folder: a second one would count the first's runs in progress as
+    # its own failures (each run's lock refuses it) and rewrite the manifest under it.
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(RunDir(results_dir).lock(writing="these results (a bench)"))
+        except RunDirError as err:
+            raise SuiteError(f"--results: {err}") from None
+        write_manifest(results_dir, path, runs)
+        _prepare_base_policies([trainers[r.name] for r in pending])
+        done = len(selected) - len(pending)
+        failed = _run_workers(pending, results_dir, workers, threads, done, tqdm)
     _print_table(runs, results_dir)
     if failed:
         print(

@@ -237,6 +237,15 @@ budget: {{unit: steps, amount: 2}}
     assert main(["bench", "--suite", str(suite), "--results", str(results), "--dry-run"]) == 0
     assert capsys.readouterr().out.count("[  done]") == 2
     assert "Suite tiny: all 2 runs finished." in (results / "leaderboard.md").read_text()
+    # a second bench on the same results folder while one runs is refused, writing nothing
+    capsys.readouterr()
+    before = sorted(p.name for p in results.rglob("*"))
+    with RunDir(results).lock(writing="these results (a bench)"):
+        assert main(["bench", "--suite", str(suite), "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"--results: {results}: another process is writing these results (a bench) (pid" in err
+    assert sorted(p.name for p in results.rglob("*")) == before
 
 
 def _processes_mentioning(text: str) -> list[int]:

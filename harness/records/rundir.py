@@ -166,7 +166,7 @@ class RunDir:
             )
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self, writing: str = "this run") -> Iterator[None]:
         """Hold the run's writer lock: ``.lock`` in the run directory, locked with ``flock``
         (which the kernel releases when its holder dies, however it dies) and holding the
         holder's pid, host and start time for the message a second writer gets
@@ -187,7 +187,7 @@ class RunDir:
             except BlockingIOError:
                 holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
                 raise RunLockedError(
-                    f"{self.path}: another process is writing this run ({holder or 'unknown'}); "
+                    f"{self.path}: another process is writing {writing} ({holder or 'unknown'}); "
                     "wait for it to finish or stop it"
                 ) from None
             me = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}"

@@ -580,6 +580,27 @@ def test_train_stops_on_a_full_disk_with_one_line_naming_resume(
     assert f"--resume {tmp_path / 'r'}" in err and len(err.splitlines()) == 1
 
 
+def test_a_path_that_cannot_be_used_is_named_as_such_not_as_a_full_disk(
+    test_methods, nano_policy, tmp_path, monkeypatch, capsys
+):
+    import errno
+
+    from creditbench.harness.records import rundir
+
+    def gone(obj, path):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/gone/cache.bin")
+
+    monkeypatch.setattr(rundir, "_torch_save_synced", gone)
+    args = ["train", "--method", TOKEN_METHOD, "--output", str(tmp_path), "--name", "r", "--quiet"]
+    for item in overrides(nano_policy):
+        args += ["--set", item]
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert "stopped: cannot use /gone/cache.bin: No such file or directory" in err
+    assert "cannot write" not in err and len(err.splitlines()) == 1
+    assert f"--resume {tmp_path / 'r'}" in err
+
+
 @pytest.mark.parametrize("damage", ["truncated weights", "state without its meter"])
 def test_resume_from_a_damaged_checkpoint_is_one_line_naming_it(
     test_methods, nano_policy, tmp_path, capsys, damage
@@ -673,9 +694,7 @@ def test_each_optimizer_step_records_its_update_and_gradient_norms(
     assert "update_norms" not in record and len(record["grad_norms"]) == 3
 
 
-def test_grpo_steps_without_a_mixed_group_are_counted_and_have_no_gradient(
-    nano_policy, tmp_path
-):
+def test_grpo_steps_without_a_mixed_group_are_counted_and_have_no_gradient(nano_policy, tmp_path):
     """The untrained nano policy fails everything: every group is all-fail, so every one of
     GRPO's minibatches lacks a mixed group and its gradient is exactly 0."""
     config = load_config(None, ["method=grpo", *overrides(nano_policy, "train.minibatches=3")])

@@ -11,6 +11,7 @@ stderr and exit with code 2; nothing is written before the config validates.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from pathlib import Path
@@ -88,19 +89,34 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except NonFiniteError as err:
         print(f"creditbench train: stopped: {err}", file=sys.stderr)
         return 1
-    except OSError as err:  # a full disk, a folder gone read-only: the last checkpoint stands
-        where = f"{err.filename}: " if err.filename else ""
-        print(
-            f"creditbench train: stopped: cannot write {where}{err.strerror or err}; the last "
-            f"complete checkpoint is kept: creditbench train --resume {trainer.run_dir.path}",
-            file=sys.stderr,
-        )
+    except OSError as err:  # a full disk, a folder gone read-only, a file gone: say which
+        print(f"creditbench train: stopped: {_os_failure(err, trainer)}", file=sys.stderr)
         return 1
     finally:
         bar.close()
     print(f"{trainer.run_dir.path}")
     _print_summary(summary)
     return 0
+
+
+# The errors of a write that found no room or no permission to write; any other OSError is a
+# path that could not be used (a model or cache file gone, a folder where a file belongs).
+_WRITE_ERRNOS = frozenset((errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG))
+
+
+def _os_failure(err: OSError, trainer) -> str:
+    """One line: what failed, on which path, and what is kept (the last complete checkpoint,
+    or none yet), with the command that resumes."""
+    where = f"{err.filename}: " if err.filename else ""
+    what = "cannot write" if err.errno in _WRITE_ERRNOS else "cannot use"
+    latest = trainer.run_dir.latest_checkpoint()
+    kept = (
+        f"the last complete checkpoint ({latest.name}) is kept"
+        if latest is not None
+        else "no checkpoint was complete yet"
+    )
+    resume = f"creditbench train --resume {trainer.run_dir.path}"
+    return f"{what} {where}{err.strerror or err}; {kept}: {resume}"
 
 
 class _progress_bar:  # noqa: N801 - used like a function

@@ -364,6 +364,24 @@ def test_atomic_writes_take_the_mode_the_umask_gives_not_the_temporary_files(tmp
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664)])
+def test_checkpoints_and_records_take_the_umasks_mode(tmp_path, tiny_model, umask, mode):
+    """Every file of a checkpoint (safetensors writes its weights 0600) and the appended
+    records (metrics.jsonl, responses.jsonl) get the mode a plain open gives them."""
+    previous = os.umask(umask)
+    try:
+        run = RunDir(tmp_path)
+        path = save(run, 1, tiny_model)
+        run.append_metrics({"step": 1})
+        run.append_responses({"step": 1, "responses": []})
+    finally:
+        os.umask(previous)
+    files = [p for p in path.iterdir() if p.is_file()]
+    assert path / "model.safetensors" in files
+    for file in [*files, run.metrics_path, run.responses_path]:
+        assert file.stat().st_mode & 0o777 == mode, file.name
+
+
 def test_the_lock_is_never_opened_through_a_link(tmp_path):
     target = tmp_path / "precious.txt"
     target.write_text("keep me\n")

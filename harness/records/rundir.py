@@ -314,15 +314,19 @@ class RunDir:
 
     def truncate_metrics(self, after_step: int) -> None:
         """Keep only the records with ``step <= after_step`` (on resume), atomically, in
-        metrics.jsonl and responses.jsonl."""
-        kept = [line for line, record in self._metric_lines() if record["step"] <= after_step]
-        atomic_write_text(self.metrics_path, "".join(line + "\n" for line in kept))
+        metrics.jsonl and responses.jsonl. Both are read (and a broken line refused) before
+        either is rewritten."""
+        metrics = self._metric_lines()
+        responses = []
         if self.responses_path.exists():
             try:
-                lines = read_metric_lines(self.responses_path, ("responses",))
+                responses = read_metric_lines(self.responses_path, ("responses",))
             except RunFormatError as err:
                 raise RunDirError(str(err)) from None
-            kept = [line for line, record in lines if record["step"] <= after_step]
+        kept = [line for line, record in metrics if record["step"] <= after_step]
+        atomic_write_text(self.metrics_path, "".join(line + "\n" for line in kept))
+        if self.responses_path.exists():
+            kept = [line for line, record in responses if record["step"] <= after_step]
             atomic_write_text(self.responses_path, "".join(line + "\n" for line in kept))
 
     # --- checkpoints -------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def check_builtin(out: Path, device: str) -> str:
 
         if importlib.util.find_spec("vllm") is None:
             raise Skip("vllm is not installed (pip install 'creditbench[vllm]')")
-        settings.update({"rollout.backend": "vllm", "model.dtype": "bfloat16"})
+        settings.update({"rollout.backend": "vllm", "model.dtype": "float32"})
     command = [sys.executable, "-m", "creditbench.harness.cli.main", "train", "--method", "grpo"]
     command += ["--task", "gsm8k", "--output", str(out), "--name", "builtin", "--quiet"]
     for key, value in settings.items():

@@ -132,6 +132,7 @@ SETTINGS = [
     ("seed=abc", "seed: expected an integer"),
     ("model.preset=nosuch", "preset: must be one of nano, tiny, small, base"),
     ("model.dtype=nosuch", "model.dtype: must be one of"),
+    ("model.dtype=bfloat16", "model.dtype: bfloat16 weights lose the optimizer's small updates"),
     ("nosuch=1", "unknown key 'nosuch'"),
     ("task_options.steps=0", "task: steps: must be 1..64"),
     ("task_options.nosuch=1", "task: nosuch: unknown option of task chain"),

@@ -253,7 +253,7 @@ def paper_plan(
         plan.budget = {"unit": "steps", "amount": amount}
     settings = [
         Setting("model.path", model_dir, "--model-dir"),
-        Setting("model.dtype", "bfloat16", "paper scale"),
+        Setting("model.dtype", "float32", "paper scale: fp32 weights, bf16 compute (autocast)"),
         Setting("device", "cuda", "paper scale"),
         Setting("rollout.backend", "vllm", "paper scale"),
         *LLM_PROFILE,  # where the card is silent; never the testbed's defaults

@@ -43,6 +43,7 @@ rollout-correction weights are refused rather than ignored.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -203,4 +204,21 @@ def register_all() -> list[str]:
     return [register(f"{PREFIX}{method}", method) for method in supported_methods(VERL)]
 
 
-REGISTERED = register_all()
+def _announce() -> list[str]:
+    """Register every method and say so in one line on stderr, in every process that loads the
+    plugin: verl logs a plugin that fails to import at DEBUG level only, so without this line a
+    broken install shows up later as an unknown estimator. A failure is one line too."""
+    try:
+        names = register_all()
+    except Exception as err:  # the plugin must not fail silently: say why, then fail
+        print(f"creditbench: the verl plugin failed to register ({err})", file=sys.stderr)
+        raise
+    shown = ", ".join(names)
+    print(
+        f"creditbench: {len(names)} verl estimators and losses registered ({shown})",
+        file=sys.stderr,
+    )
+    return names
+
+
+REGISTERED = _announce()

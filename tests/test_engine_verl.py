@@ -367,3 +367,24 @@ def test_a_reproduce_launch_uses_only_keys_of_verls_config_and_registers_its_row
     for row in ("grpo", card):
         assert f"creditbench_{card}_{row}" in core_algos.ADV_ESTIMATOR_REGISTRY
         assert f"creditbench_{card}_{row}" in core_algos.POLICY_LOSS_REGISTRY
+
+
+def test_loading_the_plugin_says_what_it_registered_in_one_line(capsys):
+    """verl logs a plugin that fails to import at DEBUG level only: the plugin says in one
+    line, in every process that loads it (``_announce`` runs at import), what it registered."""
+    names = adapter._announce()  # registering again registers nothing new
+    err = capsys.readouterr().err.strip().splitlines()
+    assert names == adapter.REGISTERED and len(err) == 1
+    assert err[0].startswith(f"creditbench: {len(names)} verl estimators and losses registered (")
+    assert "creditbench_grpo" in err[0]
+
+
+def test_a_plugin_that_cannot_register_says_why_before_failing(capsys, monkeypatch):
+    def broken():
+        raise RuntimeError("a broken install")
+
+    monkeypatch.setattr(adapter, "register_all", broken)
+    with pytest.raises(RuntimeError, match="a broken install"):
+        adapter._announce()
+    err = capsys.readouterr().err.strip()
+    assert err == "creditbench: the verl plugin failed to register (a broken install)"

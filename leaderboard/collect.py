@@ -3,7 +3,8 @@
 A run directory is any folder holding ``config.yaml`` (read with :mod:`.files`).
 A run is read only when it is finished: ``summary.json`` parses and says ``"status":
 "finished"``. Everything else (no summary yet, a failed run, an unreadable file, a finished run
-without evaluations) is skipped with a warning that names the folder.
+without evaluations) is skipped with a warning that names the folder; a finished run whose
+``metrics.jsonl`` holds a line the harness never writes is an error naming the file and line.
 
 The table (a pandas DataFrame) has two kinds of rows, told apart by ``kind``:
 
@@ -172,6 +173,12 @@ def _run_seconds(summary: dict, records: list[dict]) -> dict[str, float]:
     return seconds
 
 
+class DamagedRunError(RunFormatError):
+    """A finished run whose records hold a line the harness never writes (damage on disk or a
+    hand edit): an error, not a skipped run, since a board without it would silently lose a
+    seed of its intervals."""
+
+
 def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict], dict[str, float]]:
     """(config, eval entries, step records, seconds) of a finished run; RunFormatError says why
     not."""
@@ -196,7 +203,10 @@ def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict], dict[s
             )
     if not isinstance(config.get("method"), str) or not isinstance(config.get("seed"), int):
         raise RunFormatError("corrupt config.yaml (no method name or integer seed)")
-    records = [record for _, record in read_metric_lines(run / "metrics.jsonl")]
+    try:
+        records = [record for _, record in read_metric_lines(run / "metrics.jsonl")]
+    except RunFormatError as err:  # the harness never writes such a line: damage, or an edit
+        raise DamagedRunError(f"{err}; repair or remove the run") from None
     by_fraction: dict[float, dict] = {}
     steps = []
     for record in records:
@@ -325,6 +335,8 @@ def _read_folder(root: Path) -> tuple[dict[str, tuple], list[str]]:
         rel = path.relative_to(root).as_posix() or "."
         try:
             config, evals, steps, seconds = _read_run(path)
+        except DamagedRunError:
+            raise  # a finished run that cannot be read would leave its seed out unseen
         except RunFormatError as err:
             text = str(err).replace(f"{path}{os.sep}", "").replace(str(path), "")
             message = text.lstrip(": ") or "unreadable"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fake_runs import make_run
 
 from creditbench.harness.cli.main import main
 
@@ -341,6 +342,7 @@ CASES += [
     ([*TRAIN, "--set", "model.path={tmp}/picklebin"], "holds objects other than tensors"),
     ([*TRAIN, "--set", "model.path={tmp}/garbagebin"], "is not a readable torch save"),
     (["eval", "--model", "{tmp}/picklebin"], "holds objects other than tensors"),
+    (["leaderboard", "{tmp}/damaged", "--out", "{out}"], "grpo-s0/metrics.jsonl:10: not a record"),
     (["explain", "{tmp}/resp_list"], "resp_list/responses.jsonl:1: not a record of this file"),
     (["explain", "{tmp}/resp_number"], 'resp_number/responses.jsonl:1: "responses" is missing'),
     (
@@ -386,6 +388,9 @@ def folder(tmp_path):
     (tmp_path / "badfraction.csv").write_text(
         header + "r,eval,grpo,chain,default,default,0,,abc,0.5\n"
     )
+    damaged = make_run(tmp_path / "damaged", "grpo-s0", "grpo", 0)  # finished, then damaged
+    with open(damaged.metrics_path, "a") as f:
+        f.write("[1, 2]\n")
     for name, record in (
         ("resp_list", "[1, 2]"),
         ("resp_number", '{"step": 2, "responses": 5}'),

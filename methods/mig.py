@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig, check_fields
-from .contract import PROBLEM_INDEX, Services, method_extra
+from .contract import Services, method_extra
 from .core import (
     Normalizers,
     RolloutBatch,
@@ -48,7 +48,7 @@ from .core import (
 )
 from .registry import register_method
 from .rollouts import with_step_ids
-from .values import state_starts
+from .values import distinct_states
 
 LIKELIHOODS = method_extra(
     "mig", "mig_likelihoods", "[B, S]", "ℓ_k after the row's first k reasoning steps; NaN past them"
@@ -189,17 +189,9 @@ def answer_likelihoods(services: Services, batch: RolloutBatch) -> Tensor:
     (``services.answer_texts``) after the prompt and the row's first k steps, for every k up
     to the start of its last step; NaN past them. Distinct (problem, prefix) states are scored
     once, in one teacher-forced pass of the answer rows under those prompts."""
-    starts, valid = state_starts(batch.step_ids)  # type: ignore[arg-type]
-    index = batch.extra(PROBLEM_INDEX).tolist()
+    keys, rows, where, valid = distinct_states(batch)
     problems = services.problems(batch)
     answers = services.answer_texts(batch)
-    state_of: dict[tuple[int, tuple[int, ...]], int] = {}
-    where = []
-    for row, k in valid.nonzero().tolist():
-        prefix = tuple(batch.response_ids[row, : int(starts[row, k])].tolist())
-        where.append((row, k, state_of.setdefault((int(index[row]), prefix), len(state_of))))
-    first_row = {state: row for row, _, state in reversed(where)}
-    keys = list(state_of)
     width = max(len(prefix) for _, prefix in keys) or 1
     prefixes = torch.zeros(len(keys), width, dtype=torch.long)
     prefix_mask = torch.zeros(len(keys), width)
@@ -208,8 +200,8 @@ def answer_likelihoods(services: Services, batch: RolloutBatch) -> Tensor:
         prefix_mask[state, : len(prefix)] = 1.0
     texts = services.decode(
         RolloutBatch(
-            prompt_ids=batch.prompt_ids[[first_row[s] for s in range(len(keys))]],
-            prompt_mask=batch.prompt_mask[[first_row[s] for s in range(len(keys))]],
+            prompt_ids=batch.prompt_ids[rows],
+            prompt_mask=batch.prompt_mask[rows],
             response_ids=prefixes,
             response_mask=prefix_mask,
             group_ids=torch.arange(len(keys)),
@@ -217,9 +209,8 @@ def answer_likelihoods(services: Services, batch: RolloutBatch) -> Tensor:
             old_logprobs=torch.zeros(len(keys), width),
         )
     )
-    rows = [first_row[s] for s in range(len(keys))]
     answer_rows = services.batch_from_responses(
-        [index[row] for row in rows], [answers[row] for row in rows]
+        [problem for problem, _ in keys], [answers[row] for row in rows]
     )
     prompts = [problems[row].prompt + text for row, text in zip(rows, texts, strict=True)]
     logprobs = services.score(answer_rows, prompts=prompts)

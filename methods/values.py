@@ -73,6 +73,29 @@ def state_prefixes(
     return prefixes, valid
 
 
+def distinct_states(
+    batch: RolloutBatch, only: Tensor | None = None
+) -> tuple[list[tuple[int, tuple[int, ...]]], list[int], list[tuple[int, int, int]], Tensor]:
+    """The batch's distinct states: states that are the same token prefix of the same problem
+    (a group's shared s_0, identical prefixes) are one, estimated once.
+
+    Returns:
+        ``keys``: ``(problem, prefix)`` of each distinct state, in order of first appearance;
+        ``rows``: the first row holding each; ``where``: ``(row, k, state)`` of every state of
+        every row (of ``only``'s alone, when given); ``valid``: the ``[B, S]`` bool of the
+        batch's states (:func:`state_prefixes`).
+    """
+    prefixes, valid = state_prefixes(batch, only)
+    index = batch.extra(PROBLEM_INDEX).tolist()
+    state_of: dict[tuple[int, tuple[int, ...]], int] = {}
+    where: list[tuple[int, int, int]] = []
+    for row, k, prefix in prefixes:
+        state = state_of.setdefault((int(index[row]), prefix), len(state_of))
+        where.append((row, k, state))
+    first_row = {state: row for row, _, state in reversed(where)}
+    return list(state_of), [first_row[s] for s in range(len(state_of))], where, valid
+
+
 def chunk_ids(starts: Tensor, valid: Tensor, width: int) -> Tensor:
     """``[B, T]`` the chunk of every position: the last valid state start at or before it."""
     position = torch.arange(width).view(1, 1, -1)
@@ -159,21 +182,13 @@ def mc_state_values(
     """
     if samples < 1:
         raise ValueError(f"samples: must be >= 1 (got {samples})")
-    prefixes, valid = state_prefixes(batch, only)
-    index = batch.extra(PROBLEM_INDEX).tolist()
+    keys, rows, where, valid = distinct_states(batch, only)
     prompts = [problem.prompt for problem in services.problems(batch)]
-    state_of: dict[tuple[int, tuple[int, ...]], int] = {}
-    where: list[tuple[int, int, int]] = []  # (row, k, state)
-    for row, k, prefix in prefixes:
-        state = state_of.setdefault((int(index[row]), prefix), len(state_of))
-        where.append((row, k, state))
-    keys = list(state_of)
     values = torch.full(valid.shape, float("nan"))
     if not keys:
         return values
-    rows_of_state = {state: row for row, _, state in reversed(where)}
     out = services.generate(
-        [prompts[rows_of_state[s]] for s in range(len(keys))],
+        [prompts[row] for row in rows],
         samples,
         [list(prefix) for _, prefix in keys],
         problem_index=[problem for problem, _ in keys],

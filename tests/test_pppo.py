@@ -23,7 +23,7 @@ from creditbench.methods.pppo import (
 )
 from creditbench.methods.registry import get_method
 
-from fakes import FakeServices
+from fakes import RecordingServices
 from strategies import rollout_batches
 
 
@@ -90,18 +90,6 @@ def test_a_worked_example_by_hand():
     high, low = (6 - mean) / (std + 1e-6), (1 - mean) / (std + 1e-6)
     expected = torch.tensor([[high, high, 0, 0], [high, 0, 0, 0], [low, low, low, 0]])
     torch.testing.assert_close(advantages, expected)
-
-
-class RecordingServices(FakeServices):
-    """The fake services, recording the states the method buys continuations of."""
-
-    def generate(self, prompts, n=1, prefixes=None, *, problem_index=None, **options):  # type: ignore[override]
-        self.states = [
-            (int(problem), tuple(int(t) for t in prefix))
-            for problem, prefix in zip(problem_index, prefixes, strict=True)
-        ]
-        self.samples = n
-        return super().generate(prompts, n, prefixes, problem_index=problem_index, **options)
 
 
 @given(seed=st.integers(0, 50), fraction=st.sampled_from([0.0, 0.5, 0.9]), g=st.integers(1, 4))

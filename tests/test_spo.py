@@ -23,7 +23,7 @@ from creditbench.methods.spo import (
 )
 from creditbench.methods.values import STATE_VALUES
 
-from fakes import FakeServices
+from fakes import RecordingServices
 from strategies import rollout_batches
 
 
@@ -86,17 +86,6 @@ def test_a_segment_opens_at_every_intervalth_cutpoint_and_nowhere_else(cutpoints
         assert opened == opening - {0}
         leading = 0 if points and points[0] == 0 else 1
         assert ids[-1] == math.ceil(len(points) / interval) - 1 + leading
-
-
-class RecordingServices(FakeServices):
-    """The fake services, recording the prefixes the method buys continuations of."""
-
-    def generate(self, prompts, n=1, prefixes=None, *, problem_index=None, **options):  # type: ignore[override]
-        self.states = [
-            (int(problem), tuple(int(t) for t in prefix))
-            for problem, prefix in zip(problem_index, prefixes, strict=True)
-        ]
-        return super().generate(prompts, n, prefixes, problem_index=problem_index, **options)
 
 
 @given(seed=st.integers(0, 50), rho=st.sampled_from([0.3, 0.5, 0.9]), interval=st.integers(1, 3))

@@ -9,6 +9,7 @@ so every step changes the weights and a resume that went wrong would show.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -560,45 +561,33 @@ def test_a_disk_full_during_a_checkpoint_keeps_the_last_one_and_resume_continues
     assert resumed["steps"] == reference["steps"] == 6
 
 
-def test_train_stops_on_a_full_disk_with_one_line_naming_resume(
-    test_methods, nano_policy, tmp_path, monkeypatch, capsys
+@pytest.mark.parametrize(
+    ("error", "said", "not_said"),
+    [  # a full disk is a failed write; a path gone is a path that cannot be used
+        ((errno.ENOSPC, "No space left on device", None), "stopped: cannot write", "cannot use"),
+        (
+            (errno.ENOENT, "No such file or directory", "/gone/cache.bin"),
+            "stopped: cannot use /gone/cache.bin: No such file or directory",
+            "cannot write",
+        ),
+    ],
+)
+def test_train_stops_on_an_os_error_with_one_line_saying_what_failed_and_naming_resume(
+    test_methods, nano_policy, tmp_path, monkeypatch, capsys, error, said, not_said
 ):
-    import errno
-
     from creditbench.harness.records import rundir
 
-    def full(obj, path):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    def failing(obj, path):
+        raise OSError(error[0], error[1], error[2] or str(path))
 
-    monkeypatch.setattr(rundir, "_torch_save_synced", full)
+    monkeypatch.setattr(rundir, "_torch_save_synced", failing)
     args = ["train", "--method", TOKEN_METHOD, "--output", str(tmp_path), "--name", "r", "--quiet"]
     for item in overrides(nano_policy):
         args += ["--set", item]
     assert main(args) == 1
     err = capsys.readouterr().err.strip()
-    assert "stopped: cannot write" in err and "No space left on device" in err
+    assert said in err and error[1] in err and not_said not in err
     assert f"--resume {tmp_path / 'r'}" in err and len(err.splitlines()) == 1
-
-
-def test_a_path_that_cannot_be_used_is_named_as_such_not_as_a_full_disk(
-    test_methods, nano_policy, tmp_path, monkeypatch, capsys
-):
-    import errno
-
-    from creditbench.harness.records import rundir
-
-    def gone(obj, path):
-        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/gone/cache.bin")
-
-    monkeypatch.setattr(rundir, "_torch_save_synced", gone)
-    args = ["train", "--method", TOKEN_METHOD, "--output", str(tmp_path), "--name", "r", "--quiet"]
-    for item in overrides(nano_policy):
-        args += ["--set", item]
-    assert main(args) == 1
-    err = capsys.readouterr().err.strip()
-    assert "stopped: cannot use /gone/cache.bin: No such file or directory" in err
-    assert "cannot write" not in err and len(err.splitlines()) == 1
-    assert f"--resume {tmp_path / 'r'}" in err
 
 
 @pytest.mark.parametrize("damage", ["truncated weights", "state without its meter"])

@@ -325,6 +325,14 @@ CASES += [
         ["train", "--output", "{out}", "--method", "mig", "--set", "method_options.sft_coef=-1"],
         "method_options.sft_coef: must be >= 0",
     ),
+    (
+        ["train", "--output", "{out}", "--method", "int", "--set", "method_options.pool=easy"],
+        "method_options.pool: must be one of unsolved, all",
+    ),
+    (
+        ["train", "--output", "{out}", "--method", "int", "--set", "method_options.sft_fraction=2"],
+        "method_options.sft_fraction: must be in [0, 1]",
+    ),
     # -- files broken on disk or edited by hand: named with their line -------------------------
     (
         ["leaderboard", "{tmp}/badcell.csv", "--out", "{out}"],

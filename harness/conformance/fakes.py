@@ -149,6 +149,13 @@ class FakeServices(StepServices):
         mask = batch.response_mask.unsqueeze(-1)
         return logp.gather(-1, indices) * mask, indices * mask.long()
 
+    def delimited_step_ids(self, batch: RolloutBatch, delimiter: str) -> Tensor:
+        """Every response token a step of its own (the fake texts have no delimiters), -1 on
+        padding."""
+        self.calls.append("delimited_step_ids")
+        position = torch.arange(batch.response_ids.shape[-1]).expand_as(batch.response_ids)
+        return torch.where(batch.response_mask > 0, position, -1)
+
     # --- continuations (value estimates) ------------------------------------------------------
 
     def problems(self, batch: RolloutBatch) -> list[Any]:

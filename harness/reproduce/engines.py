@@ -20,6 +20,8 @@ verl's filter differs from the method's. Nothing is run: verl runs on the cluste
 
 from __future__ import annotations
 
+import math
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +50,73 @@ VERL_KEYS = {
     "train.grad_clip": "actor_rollout_ref.actor.grad_clip",
 }
 ACTOR = "actor_rollout_ref.actor"
+ROLLOUT = "actor_rollout_ref.rollout"
 NO_DUAL_CLIP = 1.0e9  # verl always dual-clips; a constant this large never acts
+DAPO_RECIPE = "verl recipe/dapo/run_dapo_qwen2.5_32b.sh"
+GPUS_PER_NODE = 8  # the nodes of verl's recipes (trainer.n_gpus_per_node 8)
+# Tokens a chat template adds around a prompt (Qwen's default system prompt and role markers
+# are about 30): ours, generous, since an overlong prompt stops verl (data.truncation=error).
+CHAT_TEMPLATE_TOKENS = 128
+GENERATION_BATCHES = 3  # data.gen_batch_size = 3 x data.train_batch_size, verl's DAPO recipe
+
+
+def prompt_token_bound(prompts: list[str]) -> int:
+    """An upper bound on the longest prompt in tokens, chat template included, for any
+    byte-level BPE tokenizer (Qwen's, Llama's: every token covers at least one byte), rounded
+    up to a multiple of 128: verl's ``data.max_prompt_length``."""
+    longest = max((len(p.encode()) for p in prompts), default=0) + CHAT_TEMPLATE_TOKENS
+    return -(-longest // 128) * 128
+
+
+def rollout_tensor_parallel(model: str | None, gpus_per_node: int) -> int:
+    """vLLM's tensor parallelism for a model named with its size ("Qwen2.5-32B"): one GPU per
+    8B parameters, rounded up to a power of two within a node (ours; it gives the 4 of
+    verl's DAPO recipe for 32B, and 1 for a model of 8B or less or of unknown size)."""
+    match = re.search(r"(\d+(?:\.\d+)?)B\b", model or "")
+    wanted = max(1, math.ceil(float(match.group(1)) / 8)) if match else 1
+    size = 1
+    while size < wanted and size * 2 <= gpus_per_node:
+        size *= 2
+    return size
+
+
+def verl_cluster_settings(plan: Plan, prompt_tokens: int, response_tokens: int) -> dict:
+    """What verl 0.9.1 needs beyond a run config, the same for every run of the plan: the
+    rollout engine, dynamic micro-batches sized to one full sequence, the GPUs and nodes of
+    the card, vLLM's parallelism and memory, an explicit logger, and the card's warm-up and
+    validation top-p (verl's DAPO recipe where the card is silent, :data:`DAPO_RECIPE`)."""
+    scale, other = plan.card.paper_scale, plan.card.recipe.other
+    gpus = scale.gpu_count if scale is not None else 1
+    per_node = min(gpus, GPUS_PER_NODE)
+    sequence = prompt_tokens + response_tokens
+
+    def card_value(name: str, default: Any) -> Any:
+        entry = other.get(name)
+        return entry.value if entry is not None else default
+
+    return {
+        "data.max_prompt_length": prompt_tokens,
+        "data.truncation": "error",  # a longer prompt stops verl instead of being cut
+        f"{ROLLOUT}.name": "vllm",  # mandatory: verl 0.9.1 has no default
+        f"{ROLLOUT}.tensor_model_parallel_size": rollout_tensor_parallel(
+            scale.model if scale is not None else None, per_node
+        ),
+        f"{ROLLOUT}.gpu_memory_utilization": 0.8,  # verl's DAPO recipe
+        f"{ROLLOUT}.max_num_batched_tokens": sequence,  # verl's DAPO recipe
+        "actor_rollout_ref.model.use_remove_padding": True,  # verl's DAPO recipe
+        f"{ACTOR}.use_dynamic_bsz": True,  # verl's DAPO recipe: micro-batches by tokens
+        f"{ACTOR}.ppo_max_token_len_per_gpu": sequence,
+        f"{ROLLOUT}.log_prob_use_dynamic_bsz": True,
+        f"{ROLLOUT}.log_prob_max_token_len_per_gpu": sequence,
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": True,
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": sequence,
+        f"{ACTOR}.optim.lr_warmup_steps": int(card_value("warmup_steps", 0)),
+        f"{ROLLOUT}.val_kwargs.top_p": float(card_value("eval_top_p", 1.0)),
+        "trainer.n_gpus_per_node": per_node,
+        "trainer.nnodes": -(-gpus // per_node),
+        "trainer.logger": ["console"],  # verl's default adds wandb, which needs a login
+        "trainer.val_before_train": True,
+    }
 
 
 def filter_note(kept: GroupFilter | None) -> str | None:
@@ -80,9 +148,12 @@ def _value(value: Any) -> str:
     return str(value)
 
 
-def verl_overrides(config: Any, method: Any, name: str, folder: Path, model: str) -> list[str]:
+def verl_overrides(
+    config: Any, method: Any, name: str, folder: Path, model: str, cluster: dict[str, Any]
+) -> list[str]:
     """The verl overrides of one run: its ``RunConfig`` and its method instance (whose loss
-    settings become verl's actor settings), registered as ``name``."""
+    settings become verl's actor settings), registered as ``name``, and the plan's
+    ``cluster`` settings (:func:`verl_cluster_settings`)."""
     cfg = method.config
     if config.budget.unit != "steps":
         raise ReproduceError("--engine verl: verl's budget is steps, not FLOPs; give --steps N")
@@ -133,12 +204,22 @@ def verl_overrides(config: Any, method: Any, name: str, folder: Path, model: str
             "trainer.project_name": "creditbench",
             "trainer.experiment_name": config.run_name,
             "trainer.default_local_dir": str(folder / "checkpoints" / config.run_name),
+            **cluster,
         }
     )
     kept = method.group_filter()
     if kept is not None and kept.keep == MIXED_GROUPS:
         values.update(VERL_MIXED_GROUPS_SETTINGS)
+        values["data.gen_batch_size"] = GENERATION_BATCHES * prompts
     return [f"{key}={_value(value)}" for key, value in values.items()]
+
+
+def task_prompts(plan: Plan) -> list[str]:
+    """Every prompt of the plan's task, both splits."""
+    from creditbench.harness.tasks import get_task
+
+    task = get_task(plan.task, **plan.task_options)
+    return [problem.prompt for split in ("train", "test") for problem in task.problems(split)]
 
 
 def _write_data(plan: Plan, folder: Path) -> list[Path]:
@@ -246,12 +327,14 @@ def write_verl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: P
         "export VERL_USE_EXTERNAL_MODULES=creditbench_plan",
     ]
     env = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=creditbench_plan"
+    responses = max(config.rollout.max_new_tokens for config in configs)
+    cluster = verl_cluster_settings(plan, prompt_token_bound(task_prompts(plan)), responses)
     for run, config in zip(runs, configs, strict=True):
         if run.entry not in rows:
             continue
         method = get_method(run.method)(**plan.option_values(run.entry))
         name = _name(plan, run.entry)
-        overrides = verl_overrides(config, method, name, Path("$HERE"), model)
+        overrides = verl_overrides(config, method, name, Path("$HERE"), model, cluster)
         launch.commands.append(["python", "-m", "verl.trainer.main_ppo", *overrides, env])
         quoted = [f'"{part}"' if "$" in part else shlex.quote(part) for part in overrides]
         script.append(" \\\n    ".join(["python -m verl.trainer.main_ppo", *quoted, env]))

@@ -38,6 +38,7 @@ __all__ = [
     "RolloutConfig",
     "RunConfig",
     "TrainConfig",
+    "VLLMConfig",
     "apply_override",
     "build_method_config",
     "config_digest",
@@ -189,6 +190,34 @@ class TrainConfig:
 
 
 @dataclass
+class VLLMConfig:
+    """The vLLM engine of ``rollout.backend: vllm``, on the training GPU beside the policy, its
+    optimizer and any reference model (TRL's ``vllm_mode="colocate"``).
+
+    ``gpu_memory_utilization``: the share of the GPU vLLM takes for its weights and KV cache;
+    TRL's colocate default 0.3 (``GRPOConfig.vllm_gpu_memory_utilization``), not vLLM's own
+    0.9, which assumes the GPU is vLLM's alone. ``sleep``: vLLM's sleep mode, TRL's
+    ``vllm_enable_sleep_mode`` (off by default there too): vLLM frees its weights and KV cache
+    while the policy trains, and takes them back before it samples (slower, less memory).
+    Neither changes what a run computes, so neither is a setting of the leaderboard."""
+
+    gpu_memory_utilization: float = 0.3
+    sleep: bool = False
+
+    def __post_init__(self) -> None:
+        _check(
+            [
+                (
+                    "gpu_memory_utilization",
+                    0 < self.gpu_memory_utilization <= 1,
+                    "must be in (0, 1]",
+                ),
+            ],
+            self,
+        )
+
+
+@dataclass
 class BudgetConfig:
     """The compute budget and the budget fractions at which the policy is evaluated.
 
@@ -266,6 +295,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
     bootstrap_options: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     device: str = "auto"

@@ -52,7 +52,7 @@ import pandas as pd
 from .files import RunFormatError, read_metric_lines, read_run_config
 
 # Config fields that name where or how a run was executed, not what it computed.
-NOT_A_SETTING = ("run_name", "output_dir", "device", "checkpoint_every")
+NOT_A_SETTING = ("run_name", "output_dir", "device", "checkpoint_every", "vllm")
 IDENTITY_FIELDS = ("method", "method_options", "task", "task_options", "seed")
 # Step-record keys that are bookkeeping, not diagnostics.
 NOT_A_DIAGNOSTIC = {

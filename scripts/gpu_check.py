@@ -9,7 +9,10 @@
    one prompt of two responses a step and 32 new tokens, so that CI can afford it);
 3. ``trl``: the TRL adapter (`creditbench.integrations.trl`) for two steps with ``grpo`` and
    two with ``tempo``, a method whose credit varies along a response (on ``--device cpu``:
-   ``tempo`` only).
+   ``tempo`` only);
+4. ``vllm`` (CUDA only): the builtin trainer's vLLM backend with sleep mode on: a change of the
+   policy's weights reaches the engine (read back from the model vLLM runs), and greedy samples
+   of the pushed weights come back.
 
 Prints one line per check, ``PASS``, ``FAIL`` with the reason or ``SKIP`` with what is missing,
 and exits 0 only when every selected check passed. ``--device cpu`` runs the same checks
@@ -28,7 +31,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-CHECKS = ("model", "builtin", "trl")
+CHECKS = ("model", "builtin", "trl", "vllm")
+CUDA_ONLY = ("vllm",)  # a CPU has no vLLM engine: tests/test_vllm_backend.py fakes one
 # steps, prompts a step, responses a prompt, new tokens: a GPU takes a real batch, a CPU one
 # small enough for CI
 SHAPE = {"cuda": (3, 8, 4, 256), "cpu": (2, 1, 2, 32)}
@@ -173,10 +177,44 @@ def check_trl(out: Path, device: str) -> str:
     return ", ".join(results)
 
 
+def check_vllm(out: Path, device: str) -> str:
+    """The vLLM backend on the GPU: a weight push after a change, read back, and samples."""
+    _needs_cuda(device)
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise Skip("vllm is not installed (pip install 'creditbench[vllm]')")
+    import torch
+
+    from creditbench.harness.config import VLLMConfig
+    from creditbench.harness.models.modeling import load_policy
+    from creditbench.harness.sampling.rollout import VLLMBackend
+
+    folder = out / "smollm2"
+    if not folder.is_dir():
+        raise Skip("the model check wrote no model folder")
+    policy, tokenizer = load_policy(folder, device="cuda")
+    memory = VLLMConfig(gpu_memory_utilization=0.3, sleep=True)
+    engine = VLLMBackend(str(folder), tokenizer, memory=memory, dtype="float32", seed=0)
+    name = "model.embed_tokens.weight"  # a parameter vLLM keeps under the same name
+    with torch.no_grad():
+        dict(policy.named_parameters())[name].mul_(1.5)
+    engine.load_weights(policy)
+    pushed = dict(engine.engine_model().named_parameters())[name]
+    expected = dict(policy.named_parameters())[name].detach().to(pushed.dtype)
+    if not torch.allclose(pushed, expected):
+        raise AssertionError(f"{name}: the engine holds other weights than the policy's")
+    samples = engine.sample(["What is 2 + 3?"], n=2, max_new_tokens=16, temperature=1.0, seed=0)
+    if int(samples.response_mask.sum()) == 0:
+        raise AssertionError("the engine returned empty samples")
+    return f"push read back ({name}), {int(samples.response_mask.sum())} tokens sampled"
+
+
 RUNNERS: dict[str, Callable[[Path, str], str]] = {
     "model": check_model,
     "builtin": check_builtin,
     "trl": check_trl,
+    "vllm": check_vllm,
 }
 
 
@@ -184,12 +222,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="where to write (default: a temporary folder)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--only", default=",".join(CHECKS), help="checks to run, comma-separated")
+    parser.add_argument("--only", help="checks to run, comma-separated (default: all the device's)")
     args = parser.parse_args(argv)
-    selected = [name.strip() for name in args.only.split(",") if name.strip()]
+    cpu = args.device == "cpu"
+    default = [name for name in CHECKS if not (cpu and name in CUDA_ONLY)]
+    selected = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else default
     unknown = [name for name in selected if name not in CHECKS]
     if unknown or not selected:
         parser.error(f"--only: known checks are {', '.join(CHECKS)} (got {args.only!r})")
+    if cpu and set(selected) & set(CUDA_ONLY):
+        parser.error(f"--only: {', '.join(CUDA_ONLY)} runs on CUDA only (--device cuda)")
     out = args.out or Path(tempfile.mkdtemp(prefix="creditbench-gpu-check-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"gpu check on {args.device}, writing to {out}")

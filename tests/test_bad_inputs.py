@@ -326,6 +326,30 @@ CASES += [
         "method_options.sft_coef: must be >= 0",
     ),
     (
+        [
+            "train",
+            "--output",
+            "{out}",
+            "--method",
+            "grpo",
+            "--set",
+            "vllm.gpu_memory_utilization=x",
+        ],
+        "vllm.gpu_memory_utilization",
+    ),
+    (
+        [
+            "train",
+            "--output",
+            "{out}",
+            "--method",
+            "grpo",
+            "--set",
+            "vllm.gpu_memory_utilization=0",
+        ],
+        "vllm.gpu_memory_utilization: must be in (0, 1]",
+    ),
+    (
         ["train", "--output", "{out}", "--method", "int", "--set", "method_options.pool=easy"],
         "method_options.pool: must be one of unsolved, all",
     ),

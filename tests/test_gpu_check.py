@@ -29,11 +29,21 @@ def test_unknown_checks_are_a_usage_error():
     assert exit_info.value.code == 2
 
 
+def test_the_vllm_check_is_cuda_only():
+    with pytest.raises(SystemExit) as exit_info:
+        _module().main(["--device", "cpu", "--only", "vllm"])
+    assert exit_info.value.code == 2
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
 def test_without_a_gpu_the_cuda_checks_are_skipped_with_the_reason(tmp_path, capsys):
-    assert _module().main(["--only", "builtin,trl", "--out", str(tmp_path)]) == 1
+    assert _module().main(["--only", "builtin,trl,vllm", "--out", str(tmp_path)]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[:2] for line in lines[1:]] == [["SKIP", "builtin"], ["SKIP", "trl"]]
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["SKIP", "builtin"],
+        ["SKIP", "trl"],
+        ["SKIP", "vllm"],
+    ]
     assert all("no CUDA GPU" in line for line in lines[1:])
 
 

@@ -190,10 +190,17 @@ def test_paper_scale_names_only_what_is_missing(monkeypatch, capsys, tmp_path):
     assert len(missing) == 1 and missing[0].startswith("hardware: 8 x GPU with >= 80 GiB")
     assert "24 GiB" in missing[0]
     assert missing_requirements(card, _model_dir(tmp_path), small, ignore_hardware=True) == []
-    assert missing_requirements(card, _model_dir(tmp_path), BIG_MACHINE) == []
-    no_model = missing_requirements(card, str(tmp_path / "nowhere"), BIG_MACHINE)
+    assert missing_requirements(card, _model_dir(tmp_path), BIG_MACHINE, engine="verl") == []
+    # eight GPUs here, but the builtin trainer would use one of them: refused, verl and TRL named
+    one_gpu = missing_requirements(card, _model_dir(tmp_path), BIG_MACHINE)
+    assert len(one_gpu) == 1 and "runs on one GPU" in one_gpu[0]
+    assert "--engine verl" in one_gpu[0] and "--engine trl" in one_gpu[0]
+    big = missing_requirements(card, _model_dir(tmp_path), BIG_MACHINE, ignore_hardware=True)
+    assert big == []
+    no_model = missing_requirements(card, str(tmp_path / "nowhere"), BIG_MACHINE, engine="trl")
     assert len(no_model) == 1 and "no config.json" in no_model[0]
-    unknown_model = missing_requirements(load_card_by_id("gspo"), None, BIG_MACHINE)
+    gspo = load_card_by_id("gspo")
+    unknown_model = missing_requirements(gspo, None, BIG_MACHINE, engine="verl")
     assert len(unknown_model) == 1 and "does not record the paper's model" in unknown_model[0]
 
     monkeypatch.setattr(rp, "probe_environment", lambda packages=(): BIG_MACHINE)

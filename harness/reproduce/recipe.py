@@ -292,11 +292,17 @@ def probe_environment(packages: Sequence[str] = ("vllm",)) -> Environment:
 
 
 def missing_requirements(
-    card: Card, model_dir: str | None, env: Environment, *, ignore_hardware: bool = False
+    card: Card,
+    model_dir: str | None,
+    env: Environment,
+    *,
+    ignore_hardware: bool = False,
+    engine: str = "builtin",
 ) -> list[str]:
     """What ``--scale paper`` lacks here, one phrase each (model, hardware, packages); empty when
     nothing is missing. ``ignore_hardware`` accepts fewer or smaller GPUs than the card's
-    estimate (a GPU is still needed)."""
+    estimate (a GPU is still needed). The ``builtin`` engine trains on one GPU, so a card that
+    needs several is refused there (unless ``ignore_hardware``), with verl and TRL named."""
     scale = card.paper_scale
     if scale is None:
         return [f"paper_scale: the card {card.id} says nothing of the paper-scale setup"]
@@ -320,6 +326,12 @@ def missing_requirements(
             missing.append(
                 f"hardware: {scale.hardware} (found {len(env.gpus)} x GPU: {found}; "
                 "--ignore-hardware tries anyway)"
+            )
+        elif engine == "builtin" and scale.gpu_count > 1:
+            missing.append(
+                f"hardware: the builtin trainer runs on one GPU and the card's recipe needs "
+                f"{scale.gpu_count} (--engine verl or --engine trl writes a launch for "
+                f"{scale.gpu_count}; --ignore-hardware runs it on one)"
             )
     for package in scale.requires:
         if package not in env.packages:

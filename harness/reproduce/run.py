@@ -218,7 +218,7 @@ def reproduce(
     missing: list[str] = []
     if scale == "paper":
         missing = missing_requirements(
-            card, model_dir, environment, ignore_hardware=ignore_hardware
+            card, model_dir, environment, ignore_hardware=ignore_hardware, engine=engine
         )
         if missing and not dry_run and engine == "builtin":  # another engine runs elsewhere
             raise ReproduceError(refusal(card, missing))

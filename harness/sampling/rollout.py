@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -293,30 +294,89 @@ def sample_responses(
 # --------------------------------------------------------------------------------------------
 
 
-class VLLMBackend:
-    """Sampling with vLLM; scoring stays with the teacher-forced passes on the training model.
+def single_process_group() -> None:
+    """The environment of a torch.distributed group of one process, unless a launcher (torchrun,
+    accelerate) set it: vLLM's external launcher joins that group (TRL sets the same for a
+    single-process colocated engine)."""
+    import os
+    import socket
 
-    ``model_path`` is a Hugging Face directory; after every optimizer step the trainer pushes
-    the policy's weights with :meth:`load_weights`. vLLM's own sampler log-probs are returned as
-    ``sampler_logprobs`` for diagnostics only: the batch's behaviour log-probs are recomputed
-    teacher-forced, so the first-epoch ratio is still exactly 1.
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return
+    with socket.socket() as probe:  # a free port for the group's rendezvous
+        probe.bind(("localhost", 0))
+        port = probe.getsockname()[1]
+    defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "localhost",
+                "MASTER_PORT": str(port)}  # fmt: skip
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+
+
+class VLLMBackend:
+    """Sampling with vLLM on the training GPU; scoring stays with the teacher-forced passes on
+    the training model.
+
+    The engine is TRL's colocated one (``trl/generation/vllm_generation.py``, TRL 1.16): it
+    runs in this process (``distributed_executor_backend="external_launcher"``), takes
+    ``memory.gpu_memory_utilization`` of the GPU, and receives the policy's weights after every
+    training step through the model vLLM loaded (:meth:`load_weights`: each parameter through
+    the model's own ``load_weights``, then the prefix cache reset), not through
+    ``LLM.apply_model``, whose function vLLM V1 refuses to serialize. With ``memory.sleep``
+    the engine sleeps (level 2: weights and KV cache freed) while the policy trains, wakes its
+    weights to receive new ones and its KV cache to sample. ``model_path`` is a Hugging Face
+    directory. vLLM's own sampler log-probs are returned as ``sampler_logprobs`` for
+    diagnostics only: the batch's behaviour log-probs are recomputed teacher-forced, so the
+    first-epoch ratio is still exactly 1.
     """
 
-    def __init__(self, model_path: str, tokenizer, *, dtype: str = "bfloat16", seed: int = 0):
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer,
+        *,
+        memory: Any = None,
+        dtype: str = "bfloat16",
+        seed: int = 0,
+    ):
         try:
             import vllm
         except ImportError as exc:
             raise ImportError(VLLM_MISSING) from exc
+        from creditbench.harness.config import VLLMConfig
+
         self._vllm = vllm
         self.tokenizer = tokenizer
+        self.memory = memory if memory is not None else VLLMConfig()
+        single_process_group()  # the external launcher joins torch.distributed's group
         self.llm = vllm.LLM(
-            model=str(model_path), dtype=dtype, seed=seed, enable_prefix_caching=True
+            model=str(model_path),
+            dtype=dtype,
+            seed=seed,
+            enable_prefix_caching=True,
+            gpu_memory_utilization=self.memory.gpu_memory_utilization,
+            enable_sleep_mode=self.memory.sleep,
+            distributed_executor_backend="external_launcher",
         )
+        self._policy = None  # the model whose weights the engine holds, to re-push after sleep
+        self._weights_freed = False
+        if self.memory.sleep:
+            self.llm.sleep(level=2)
+            self._weights_freed = True
+
+    def engine_model(self):
+        """The model inside the in-process engine (as TRL reaches it in colocate mode)."""
+        return self.llm.llm_engine.model_executor.driver_worker.model_runner.model
 
     def load_weights(self, model) -> None:
-        """Copy the training model's current weights into the vLLM engine."""
-        weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
-        self.llm.apply_model(lambda engine_model: engine_model.load_weights(weights))
+        """Copy the training model's current parameters into the vLLM engine."""
+        if self._weights_freed:
+            self.llm.wake_up(tags=["weights"])
+            self._weights_freed = False
+        target = self.engine_model()
+        for name, parameter in model.named_parameters():
+            target.load_weights([(name, parameter.detach())])
+        self.llm.reset_prefix_cache()
+        self._policy = model
 
     def sample(
         self,
@@ -346,7 +406,14 @@ class VLLMBackend:
         requests = [
             {"prompt_token_ids": p + q} for p, q in zip(prompt_tokens, prefix_tokens, strict=True)
         ]
+        if self.memory.sleep:
+            if self._weights_freed and self._policy is not None:
+                self.load_weights(self._policy)  # the weights were freed while it slept
+            self.llm.wake_up(tags=["kv_cache"])
         outputs = self.llm.generate(requests, params, use_tqdm=False)
+        if self.memory.sleep:
+            self.llm.sleep(level=2)
+            self._weights_freed = True
         rows_prompt, rows_response, rows_truncated, rows_new = [], [], [], []
         for i, request_output in enumerate(outputs):
             for completion in request_output.outputs:

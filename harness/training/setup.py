@@ -223,7 +223,7 @@ def build_models(config: RunConfig, task: Any, device: torch.device) -> Models:
     if config.rollout.backend == "vllm":
         from creditbench.harness.sampling.rollout import VLLMBackend
 
-        sampler = VLLMBackend(path, tokenizer, seed=config.seed)
+        sampler = VLLMBackend(path, tokenizer, memory=config.vllm, seed=config.seed)
     rollout = config.rollout
     micro = config.train.micro_batch_size or auto_micro_batch(config, device)
     services = HarnessServices(

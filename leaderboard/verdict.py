@@ -57,8 +57,11 @@ def setting_verdict(frame: pd.DataFrame) -> str:
         if others.empty:
             return "One seed: no intervals, and no method besides GRPO and the reference."
         best, worst = others.iloc[0], others.iloc[-1]
+        # GRPO's one seed pairs with one seed of each method, however many the method has
+        everyone = (others["n_seeds"] < 2).all()
+        one = "One seed per method" if everyone else "GRPO has one seed"
         return (
-            "One seed per method: no intervals, so no method is called ahead of GRPO or behind "
+            f"{one}: no intervals, so no method is called ahead of GRPO or behind "
             f"it. By point estimate the AUC gain over GRPO runs from {best['method']} "
             f"({signed(best['gain_auc'])}) to {worst['method']} ({signed(worst['gain_auc'])})."
         )

@@ -85,8 +85,13 @@ def test_one_seed_names_no_winner_and_no_grpo_means_no_gain():
     text = setting_verdict(f)
     assert "no method is called ahead of GRPO" in text
     assert "from a (+0.020) to b (-0.010)" in text
-    assert "Ahead" not in text
+    assert "Ahead" not in text and text.startswith("One seed per method:")
     assert "No GRPO runs" in setting_verdict(frame([("a", NAN, NAN, NAN)]))
+    # methods with five seeds but GRPO with one: one pair each, and the verdict says why
+    lone_grpo = frame([("grpo", NAN, NAN, NAN)], 1)
+    five = frame([("a", 0.02, 0.02, 0.02), ("b", -0.01, -0.01, -0.01)], 5)
+    text = setting_verdict(pd.concat([lone_grpo, five], ignore_index=True))
+    assert text.startswith("GRPO has one seed: no intervals") and "Ahead" not in text
 
 
 def test_a_method_with_one_seed_among_several_is_not_called_ahead():

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from creditbench.harness.typed import ConfigError, from_dict, to_dict
+from creditbench.methods.checks import check_fields
 from creditbench.reference.yaml_loading import load_yaml
 
 __all__ = [
@@ -55,12 +56,6 @@ __all__ = [
 # the section's dotted path, so the user reads "rollout.group_size: must be >= 1 (got 0)".
 
 
-def _check(checks: list[tuple[str, bool, str]], obj: object) -> None:
-    for name, ok, rule in checks:
-        if not ok:
-            raise ValueError(f"{name}: {rule} (got {getattr(obj, name)!r})")
-
-
 DTYPES = ("auto", "float32", "bfloat16")
 BACKENDS = ("auto", "lean", "hf", "vllm")
 BUDGET_UNITS = ("flops", "seconds", "tokens", "steps")
@@ -78,12 +73,12 @@ class ModelConfig:
     dtype: str = "auto"
 
     def __post_init__(self) -> None:
-        _check(
+        check_fields(
+            self,
             [
                 ("preset", bool(self.preset), "must not be empty"),
                 ("dtype", self.dtype in DTYPES, f"must be one of {', '.join(DTYPES)}"),
             ],
-            self,
         )
 
 
@@ -110,7 +105,8 @@ class RolloutConfig:
     backend: str = "auto"
 
     def __post_init__(self) -> None:
-        _check(
+        check_fields(
+            self,
             [
                 ("prompts_per_step", self.prompts_per_step >= 1, "must be >= 1"),
                 ("group_size", self.group_size >= 1, "must be >= 1"),
@@ -124,7 +120,6 @@ class RolloutConfig:
                 ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
                 ("backend", self.backend in BACKENDS, f"must be one of {', '.join(BACKENDS)}"),
             ],
-            self,
         )
 
 
@@ -169,7 +164,8 @@ class TrainConfig:
     record_update_norm: bool = True
 
     def __post_init__(self) -> None:
-        _check(
+        check_fields(
+            self,
             [
                 ("lr", self.lr > 0, "must be > 0"),
                 ("weight_decay", self.weight_decay >= 0, "must be >= 0"),
@@ -185,7 +181,6 @@ class TrainConfig:
                 ("minibatches", self.minibatches >= 1, "must be >= 1"),
                 ("micro_batch_size", self.micro_batch_size >= 0, "must be >= 0"),
             ],
-            self,
         )
 
 
@@ -205,7 +200,8 @@ class VLLMConfig:
     sleep: bool = False
 
     def __post_init__(self) -> None:
-        _check(
+        check_fields(
+            self,
             [
                 (
                     "gpu_memory_utilization",
@@ -213,7 +209,6 @@ class VLLMConfig:
                     "must be in (0, 1]",
                 ),
             ],
-            self,
         )
 
 
@@ -232,7 +227,8 @@ class BudgetConfig:
 
     def __post_init__(self) -> None:
         fractions = self.eval_fractions
-        _check(
+        check_fields(
+            self,
             [
                 ("unit", self.unit in BUDGET_UNITS, f"must be one of {', '.join(BUDGET_UNITS)}"),
                 ("amount", self.amount >= 0, "must be >= 0 (0: set by the suite or default)"),
@@ -244,7 +240,6 @@ class BudgetConfig:
                     "must be strictly increasing",
                 ),
             ],
-            self,
         )
 
 
@@ -266,7 +261,8 @@ class EvalConfig:
     problems: str = "seeded"
 
     def __post_init__(self) -> None:
-        _check(
+        check_fields(
+            self,
             [
                 ("n_problems", self.n_problems >= 1, "must be >= 1"),
                 ("k_samples", self.k_samples >= 0, "must be >= 0 (0: no sampled accuracy)"),
@@ -278,7 +274,6 @@ class EvalConfig:
                     f"must be one of {', '.join(EVAL_DRAWS)}",
                 ),
             ],
-            self,
         )
 
 
@@ -307,7 +302,8 @@ class RunConfig:
         name_ok = self.run_name is None or (
             _RUN_NAME_PATTERN.fullmatch(self.run_name) is not None and self.run_name != ".."
         )
-        _check(
+        check_fields(
+            self,
             [
                 ("method", bool(self.method), "must not be empty"),
                 ("task", bool(self.task), "must not be empty"),
@@ -321,7 +317,6 @@ class RunConfig:
                 ("output_dir", bool(self.output_dir), "must not be empty"),
                 ("run_name", name_ok, "must be letters, digits and ._+=- (no path separators)"),
             ],
-            self,
         )
 
 

@@ -1,13 +1,18 @@
 """The leaderboard: run directories in, statistics, tables and plots out.
 
+- :mod:`.files`: reading a run directory and writing atomically (shared with the harness);
 - :mod:`.collect`: every finished run under a results directory as one tidy table;
+  :mod:`.records` reads a committed ``runs.csv`` back as runs;
 - :mod:`.stats`: IQM and mean with stratified bootstrap and t CIs, probability of improvement;
 - :mod:`.gains`: gains over GRPO paired by seed, the claim rule, the GRPO(0) -> oracle(1) scale
   and the ranking every table, plot and sentence uses;
 - :mod:`.board`: the board's numbers, one row per setting and method;
-- :mod:`.credit`: credit precision and AUROC of one batch's advantages (torch only);
-- :mod:`.cancellation`: token-gradient cancellation of one batch's loss (torch only);
+- :mod:`.tables`, :mod:`.plots`, :mod:`.verdict`: its tables, figures and sentences;
+- :mod:`.explain`: the credit picture of one batch, methods side by side;
 - :mod:`.validation`: the testbed's validation report, oracle credit against GRPO;
+- :mod:`.saturation`: saturating learning-curve fits;
+- :mod:`.papers`, :mod:`.claims`: the papers' numbers and claims, checked against the records;
+- :mod:`.headline`: the home page's headline;
 - :mod:`.report`: ``leaderboard.md``, ``.csv``, ``.html`` and the PNG plots.
 
 ``render`` is the entry point ``creditbench bench`` and ``creditbench leaderboard`` call.
@@ -22,8 +27,8 @@ _HOMES = {"collect_runs": ".collect", "render": ".report", "LeaderboardError": "
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: the trainer imports the torch-only :mod:`.credit` every run, and should not pay
-    # for pandas and matplotlib, which only the tables and plots need.
+    # Lazy: the trainer imports :mod:`.files` every run, and should not pay for pandas and
+    # matplotlib, which only the tables and plots need.
     if name in _HOMES:
         return getattr(import_module(_HOMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

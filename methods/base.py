@@ -11,13 +11,14 @@ names: it calls `CreditMethod.rollout`, `CreditMethod.advantages` and
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from .checks import check_fields
 from .contract import (
     ALL_GROUPS,
     BEHAVIOUR_STATISTICS,
@@ -49,14 +50,6 @@ __all__ = [
 ]
 
 SINGLETON_RULES = ("zero", "raw")  # a group of one: advantage 0 (TRL), or its raw reward (verl)
-
-
-def check_fields(obj: object, checks: Sequence[tuple[str, bool, str]]) -> None:
-    """Raise ``ValueError("field: rule (got value)")`` for the first ``(field, ok, rule)``
-    that fails: the one message format every Config's range checks share."""
-    for field_name, ok, rule in checks:
-        if not ok:
-            raise ValueError(f"{field_name}: {rule} (got {getattr(obj, field_name)!r})")
 
 
 def loss_normalizers(

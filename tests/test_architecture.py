@@ -31,6 +31,7 @@ MAY_IMPORT = {
 }
 # values: the states (state_starts) whose values Services.task_values returns
 SHARED_METHOD_MODULES = {
+    "checks",
     "core",
     "base",
     "contract",

@@ -12,13 +12,6 @@ def default_run_name(config: RunConfig) -> str:
     return config.run_name or f"{config.method}-{config.task}-s{config.seed}"
 
 
-def trapezoid(xs: list[float], ys: list[float]) -> float:
-    """Area under a piecewise-linear curve through ``(xs, ys)``."""
-    return sum(
-        (x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:], strict=False)
-    )
-
-
 def budget_fields(meter: BudgetMeter) -> dict[str, Any]:
     """The meter's counters as every step and eval record carries them."""
     return {
@@ -72,6 +65,8 @@ def run_summary(
         key = "sampled_accuracy" if "sampled_accuracy" in evals[-1] else "greedy_accuracy"
         summary["best_eval"] = max(evals, key=lambda e: e.get(key, 0.0))
         summary["improvement"] = evals[-1].get(key, 0.0) - evals[0].get(key, 0.0)
+        from creditbench.leaderboard.collect import trapezoid  # the board's AUC, computed once
+
         xs = [min(e["fraction"], 1.0) for e in evals]
         summary["auc"] = {
             metric: trapezoid(xs, [e[metric] for e in evals])

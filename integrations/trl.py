@@ -16,6 +16,11 @@ TRL gathers the rewards of all processes, with the ``num_generations`` completio
 adjacent in that order; the adapter gathers the completion ids and masks the same way (padded to
 the longest), computes the credit once on the whole batch, and keeps this process's slice.
 
+TRL's logs show the method's credit, not TRL's own advantages: the completions table's
+``advantage`` column (W&B, ``log_completions``) holds each completion's mean credit over its
+tokens (for a method with one value a response, that value), and the metric
+``credit/token_std`` the mean spread of the credit along a completion (0 for GRPO).
+
 Deviations from TRL's own advantages: the method's Config decides the scaling (TRL's
 ``scale_rewards`` is not read; ``multi_objective_aggregation="normalize_then_sum"`` is refused);
 a completion every reward function scored ``None`` gets advantage 0, as in TRL, but enters its
@@ -90,6 +95,19 @@ class CreditGRPOTrainer(GRPOTrainer):
         advantages = self.credit_method.advantages(batch, self.credit_services)
         advantages = advantages * batch.response_mask
         advantages[unscorable] = 0.0
+        self._log_credit(advantages, batch.response_mask, mode)
         start = self.accelerator.process_index * local_rows
         output["advantages"] = advantages[start : start + local_rows, :local_width].to(mask.device)
         return output
+
+    def _log_credit(self, advantages: torch.Tensor, mask: torch.Tensor, mode: str) -> None:
+        """Put the method's credit where TRL logged its own advantages for these completions:
+        the last rows of the completions table's ``advantage`` column, and a metric."""
+        tokens = mask.sum(-1).clamp(min=1)
+        mean = (advantages * mask).sum(-1) / tokens
+        spread = (((advantages - mean[:, None]) ** 2 * mask).sum(-1) / tokens).sqrt()
+        logged = self._logs["advantages"]
+        for _ in range(min(len(mean), len(logged))):  # TRL's own, appended for this batch
+            logged.pop()
+        logged.extend(mean.tolist())
+        self._metrics[mode]["credit/token_std"].append(spread.mean().item())

@@ -105,6 +105,14 @@ def test_grpo_through_the_adapter_takes_trls_own_two_steps(testbed, tmp_path):
     assert any(bool(b["advantages"].abs().sum() > 0) for b in their_batches)  # a step learned
     losses = [[log["loss"] for log in t.state.log_history if "loss" in log] for t in (ours, theirs)]
     assert losses[0] == pytest.approx(losses[1], abs=1e-6)
+    # GRPO's credit is one value a completion: the table shows TRL's own advantages, no spread
+    assert list(ours._logs["advantages"]) == pytest.approx(
+        list(theirs._logs["advantages"]), abs=1e-6
+    )
+    spreads = [
+        log["credit/token_std"] for log in ours.state.log_history if "credit/token_std" in log
+    ]
+    assert spreads and max(spreads) == pytest.approx(0.0, abs=1e-6)
     for a, b in zip(ours.model.parameters(), theirs.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
@@ -120,6 +128,17 @@ def test_a_token_level_method_trains_two_steps_with_credit_along_the_response(te
         first = advantages[:, :1].expand_as(advantages) * mask
         varying |= not torch.allclose(advantages, first)
     assert varying  # TEMPO's tree credit, not one number a response
+    # TRL's completions table holds the method's credit (each completion's mean over its
+    # tokens), not TRL's own advantages; the spread along completions is a metric
+    last = batches[-1]
+    mask = last["completion_mask"]
+    means = (last["advantages"] * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    logged = list(trainer._logs["advantages"])[-len(means) :]
+    assert logged == pytest.approx(means.tolist(), abs=1e-6)
+    spreads = [
+        log["credit/token_std"] for log in trainer.state.log_history if "credit/token_std" in log
+    ]
+    assert spreads and max(spreads) > 0
     before = testbed[0].state_dict()
     moved = [not torch.equal(p, before[n]) for n, p in trainer.model.state_dict().items()]
     assert any(moved)

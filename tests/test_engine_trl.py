@@ -157,13 +157,41 @@ def test_a_reproduce_launch_gives_grpo_config_only_arguments_it_has(tmp_path):
     args = ["reproduce", "drgrpo", "--scale", "paper", "--task", "math", "--steps", "4"]
     assert main([*args, "--engine", "trl", "--results", str(tmp_path)]) == 0
     plan = json.loads((tmp_path / "trl" / "runs.json").read_text())
+    completions = (
+        plan["prompts_per_step"] * next(iter(plan["runs"].values()))["trl"]["num_generations"]
+    )
     for name, run in plan["runs"].items():
+        # train.py's batch arguments on one process: micro-steps of micro_batch completions
+        micro, minibatches = run["micro_batch"], run["minibatches"]
+        accumulation = completions // (micro * minibatches)
+        assert accumulation * micro * minibatches == completions
         here = {"use_vllm": False, "bf16": False, "use_cpu": True}  # the CPU stands in for a GPU
         config = GRPOConfig(
             output_dir=str(tmp_path / name),
-            per_device_train_batch_size=run["trl"]["num_generations"],
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=accumulation,
+            steps_per_generation=minibatches * accumulation,
             **{**run["trl"], **here},
         )
         assert config.loss_type == run["trl"]["loss_type"]
-        assert config.steps_per_generation == run["trl"]["steps_per_generation"]
+        assert config.generation_batch_size == completions  # one generation a plan step
+        # 3,000 new tokens and MATH's prompts (4,608 at most): two sequences in 16,384 tokens
+        assert micro == 2
     assert plan["runs"]["math-drgrpo-s0"]["trl"]["loss_type"] == "dr_grpo"
+
+
+def test_a_trl_launch_shards_a_model_that_outgrows_one_gpu(tmp_path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    from creditbench.harness.cli.main import main
+    from creditbench.harness.reproduce.trl_launch import micro_batch, needs_sharding
+
+    assert needs_sharding("Qwen/Qwen2.5-Math-7B", 80) and not needs_sharding("Qwen/Qwen3-1.7B", 80)
+    assert not needs_sharding("realtreetune/rho-1b-sft-MATH", 80)  # size unknown: no
+    assert micro_batch(4608, 20480) == 1 and micro_batch(512, 1024) == 10
+    for card, distributed in (("drgrpo", "FSDP"), ("tempo", "MULTI_GPU")):
+        folder = tmp_path / card
+        args = ["reproduce", card, "--scale", "paper", "--task", "math", "--steps", "4"]
+        assert main([*args, "--engine", "trl", "--results", str(folder)]) == 0
+        config = load_config_from_file(str(folder / "trl" / "accelerate.yaml"))  # accelerate's
+        assert config.distributed_type.value == distributed

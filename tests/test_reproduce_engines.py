@@ -142,7 +142,8 @@ def test_a_trl_launch_maps_each_run_onto_grpo_config_arguments(tmp_path, capsys)
     assert rloo["method"] == "rloo" and rloo["trl"]["seed"] == 1
     assert rloo["trl"]["loss_type"] == "luspo"  # RLOO's seq-mean-token-sum
     assert rloo["trl"]["learning_rate"] == 1e-6 and rloo["trl"]["max_steps"] == 8
-    assert rloo["trl"]["steps_per_generation"] == 4  # the profile's four minibatches
+    assert rloo["minibatches"] == 4  # the profile's four: optimizer steps a generation
+    assert rloo["micro_batch"] >= 1 and "steps_per_generation" not in rloo["trl"]  # train.py
     script = (folder / "launch.sh").read_text()
     assert script.count("accelerate launch") == 6 and "--run math-rloo-s1" in script
     compile((folder / "train.py").read_text(), "train.py", "exec")

@@ -18,13 +18,14 @@ cannot run inside TRL (`creditbench.integrations.engine`). The generation batch 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from creditbench.integrations.engine import TRL, unsupported_reason
 from creditbench.methods.registry import get_method
 
-from .engines import Launch, nothing_runs, script_start
+from .engines import Launch, nothing_runs, prompt_token_bound, script_start, task_prompts
 from .plan import Plan
 from .recipe import ReproduceError
 
@@ -52,9 +53,34 @@ def _left_out(method: Any, max_new_tokens: int) -> str | None:
     return None
 
 
+# Tokens one micro-step of one GPU holds: verl's default actor ppo_max_token_len_per_gpu
+# (16384, verl 0.9.1 ppo_trainer.yaml), so a completion of 20k tokens goes alone.
+MICRO_STEP_TOKENS = 16384
+# AdamW in mixed precision keeps about 16 bytes a parameter (fp32 weights and two moments, bf16
+# weights and gradients; the ZeRO paper's 16 Psi, arXiv 1910.02054 §3.1): above the GPU's memory
+# the launch shards the model with FSDP.
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def micro_batch(prompt_tokens: int, max_new_tokens: int) -> int:
+    """Completions a GPU takes in one micro-step: as many full sequences as
+    :data:`MICRO_STEP_TOKENS` holds, at least one."""
+    return max(1, MICRO_STEP_TOKENS // (prompt_tokens + max_new_tokens))
+
+
+def needs_sharding(model: str | None, gpu_memory_gib: int) -> bool:
+    """Whether full-parameter AdamW training of a model named with its size ("Qwen2.5-7B")
+    outgrows one GPU of ``gpu_memory_gib`` (unknown size or memory: no)."""
+    match = re.search(r"(\d+(?:\.\d+)?)B\b", model or "")
+    if match is None or gpu_memory_gib <= 0:
+        return False
+    return float(match.group(1)) * 1e9 * TRAINING_BYTES_PER_PARAMETER > gpu_memory_gib * 2**30
+
+
 def grpo_arguments(config: Any, method: Any) -> dict[str, Any]:
     """TRL ``GRPOConfig`` arguments of one run, from its ``RunConfig`` and method instance
-    (``per_device_train_batch_size`` is set by ``train.py``, which knows the processes)."""
+    (the batch arguments are set by ``train.py``, which knows the processes: see
+    :data:`TRAIN`)."""
     cfg = method.config
     if config.budget.unit != "steps":
         raise ReproduceError("--engine trl: TRL counts optimizer steps; give --steps N")
@@ -70,8 +96,6 @@ def grpo_arguments(config: Any, method: Any) -> dict[str, Any]:
         "adam_beta2": train.adam_betas[1],
         "max_grad_norm": train.grad_clip,
         "num_iterations": train.ppo_epochs,
-        "steps_per_generation": train.minibatches,
-        "gradient_accumulation_steps": 1,
         "max_steps": int(config.budget.amount),
         "beta": cfg.kl_coef,
         "epsilon": cfg.eps_low,
@@ -94,6 +118,7 @@ accelerate launch --config_file accelerate.yaml train.py --run NAME"""
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from accelerate import PartialState
@@ -121,10 +146,15 @@ def reward(prompts, completions, index, **_):
     return [task.grade(problems[i], text).reward for i, text in zip(index, completions)]
 
 
+# one generation of `completions`, trained in `minibatches` optimizer steps, each made of
+# micro-steps of `micro` completions a GPU (TRL: generation_batch_size = per-device batch x
+# processes x steps_per_generation; an optimizer step = gradient_accumulation_steps micro-steps)
 completions = PLAN["prompts_per_step"] * run["trl"]["num_generations"]
-shards = run["trl"]["steps_per_generation"] * PartialState().num_processes
+micro, minibatches = run["micro_batch"], run["minibatches"]
+shards = micro * PartialState().num_processes * minibatches
 if completions % shards:
-    raise SystemExit(f"{completions} completions a step do not split into {shards} shards")
+    raise SystemExit(f"{completions} completions a step do not split into {shards} micro-batches")
+accumulation = completions // shards
 trainer = CreditGRPOTrainer(
     method=run["method"],
     method_options=run["options"],
@@ -132,7 +162,9 @@ trainer = CreditGRPOTrainer(
     reward_funcs=[reward],
     args=GRPOConfig(
         output_dir=str(HERE / "checkpoints" / args.run),
-        per_device_train_batch_size=completions // shards,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        steps_per_generation=minibatches * accumulation,
         **run["trl"],
     ),
     train_dataset=dataset,
@@ -149,12 +181,41 @@ num_machines: 1
 num_processes: 1  # launch.sh passes --num_processes $NUM_GPUS
 """
 
+# FSDP2 with full sharding, for a model whose training state outgrows one GPU (TRL's
+# examples/accelerate_configs/fsdp2.yaml)
+ACCELERATE_FSDP = """# accelerate launch --config_file accelerate.yaml: FSDP2, parameters, gradients
+# and optimizer state sharded over the GPUs (the model's training state outgrows one)
+compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+fsdp_config:
+  fsdp_version: 2
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_reshard_after_forward: true
+  fsdp_state_dict_type: FULL_STATE_DICT
+  fsdp_cpu_ram_efficient_loading: true
+  fsdp_offload_params: false
+  fsdp_activation_checkpointing: true
+mixed_precision: bf16
+machine_rank: 0
+num_machines: 1
+num_processes: 1  # launch.sh passes --num_processes $NUM_GPUS
+"""
+
+
+def sharded(plan: Plan) -> bool:
+    """Whether the plan's model needs FSDP on the card's GPUs."""
+    scale = plan.card.paper_scale
+    if scale is None:
+        return False
+    return needs_sharding(scale.model, scale.gpu_memory_gib)
+
 
 def write_trl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: Path) -> Launch:
     """Write the TRL launch of ``plan`` (its bench ``runs`` and their run ``configs``) into
     ``folder``; see the module doc."""
     launch = Launch()
     entries: dict[str, Any] = {}
+    prompt_tokens = prompt_token_bound(task_prompts(plan))
     for run, config in zip(runs, configs, strict=True):
         method = get_method(run.method)(**plan.option_values(run.entry))
         reason = _left_out(method, config.rollout.max_new_tokens)
@@ -164,6 +225,8 @@ def write_trl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: Pa
         entries[run.name] = {
             "method": run.method,
             "options": plan.option_values(run.entry),
+            "micro_batch": micro_batch(prompt_tokens, config.rollout.max_new_tokens),
+            "minibatches": config.train.minibatches,
             "trl": grpo_arguments(config, method),
         }
     if not entries:
@@ -199,7 +262,7 @@ def write_trl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: Pa
         )
         + "\n",
         "train.py": TRAIN,
-        "accelerate.yaml": ACCELERATE,
+        "accelerate.yaml": ACCELERATE_FSDP if sharded(plan) else ACCELERATE,
         "launch.sh": "\n".join(script) + "\n",
     }
     for name, text in files.items():

@@ -89,7 +89,14 @@ def setting_verdict(frame: pd.DataFrame) -> str:
         parts.append(f"Fewer than {MIN_PAIRS_FOR_A_CLAIM} seeds, so not tested: {names}.")
     if ORACLE in methods:
         oracle = frame[frame["method"] == ORACLE].iloc[0]
-        if bool(oracle.get("gain_auc_separates")):
+        oracle_pairs = oracle.get("gain_auc_pairs", oracle["n_seeds"])
+        if not oracle_pairs >= MIN_PAIRS_FOR_A_CLAIM:  # NaN pairs: none
+            pairs = 0 if oracle_pairs != oracle_pairs else int(oracle_pairs)
+            where = (
+                f"not tested yet ({gain_text(oracle)}): {pairs} seed pairs with GRPO of the "
+                f"{MIN_PAIRS_FOR_A_CLAIM} the claim rule needs"
+            )
+        elif bool(oracle.get("gain_auc_separates")):
             where = f"ahead of GRPO by {gain_text(oracle)}: credit can pay here"
         elif bool(oracle.get("gain_auc_reversed")):
             where = f"behind GRPO by {gain_text(oracle)}: the reference loses to outcome credit"

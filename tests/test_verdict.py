@@ -78,6 +78,12 @@ def test_an_oracle_level_with_grpo_says_the_setting_cannot_show_what_credit_buys
     assert "cannot show what better credit buys" in text
     f = frame([("grpo", NAN, NAN, NAN), ("oracle", -0.03, -0.05, -0.01)])
     assert "behind GRPO by -0.030" in setting_verdict(f)
+    # three seed pairs: too few for the claim rule, which is not "cannot show" anything yet
+    few = frame([("grpo", NAN, NAN, NAN), ("oracle", 0.058, 0.044, 0.076)], seeds=3)
+    text = setting_verdict(few)
+    assert "Oracle credit, the reference, is not tested yet (+0.058" in text
+    assert "3 seed pairs with GRPO of the 5 the claim rule needs" in text
+    assert "cannot show" not in text
 
 
 def test_one_seed_names_no_winner_and_no_grpo_means_no_gain():

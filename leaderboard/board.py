@@ -5,8 +5,9 @@ for everything read against GRPO):
 
 - the mean and IQM of its final accuracy and AUC over seeds, with bootstrap intervals;
 - its gains over GRPO paired by seed: the AUC (``gain_auc``), the final accuracy
-  (``gain_final``) and the online accuracy (``gain_online``: the mean reward of the training
-  batches, each graded before its update), each with its bootstrap and t intervals, k of n
+  (``gain_final``) and the online accuracy (``gain_online``: the mean reward of every plain
+  batch the steps drew, each graded before its update, whatever a method then filtered or
+  added), each with its bootstrap and t intervals, k of n
   seeds ahead, and whether the claim rule calls it ahead or behind;
 - its position on the GRPO(0) -> oracle(1) scale of the AUC (``position``, with its interval,
   or n/a and ``position_note`` saying why) and of the credit AUROC (``credit_position``);

@@ -14,7 +14,8 @@ fields):
   spurious updates uniform credit makes on tokens that never affect the reward;
 - per method, the credit precision (share of negative credit on the first wrong step) and its
   chance level;
-- the online accuracy: the mean reward of the training batches over the run. Each batch is
+- the online accuracy: the mean reward of every plain batch the run's steps drew
+  (``Services.sample_batch``, before a method filters or extends it). Each batch is
   drawn from problems the policy has not trained on and graded before its update, so it is
   the current policy's accuracy on fresh problems, read off every trained response instead of
   the few hundred samples of an evaluation (the AUC over trained responses of the training

@@ -740,3 +740,44 @@ def test_resume_refuses_a_config_edited_since_the_checkpoint_naming_the_field(
     assert "config.yaml: changed since step-" in err and "differs in train.lr" in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert not folder.is_finished()  # nothing trained on the mixed config
+
+
+class TrainsOnOtherRows(CreditMethod):
+    """Draws two plain batches and trains on the first alone, with every reward set to 1: a
+    method that filters and extends what it drew."""
+
+    def rollout(self, services):
+        first, _ = services.sample_batch(), services.sample_batch()
+        first.rewards = torch.ones_like(first.rewards)
+        return first
+
+    def advantages(self, batch, services=None):
+        return torch.zeros_like(batch.response_mask)
+
+
+def test_the_online_accuracy_is_over_every_drawn_batch_not_the_trained_one(nano_policy, tmp_path):
+    """The step's reward_mean and accuracy are those of every plain batch the step drew
+    (Services.sample_batch), whatever the method trained on: the nano policy fails every drawn
+    response, though the trained batch says all passed."""
+    register_method("test-other-rows")(TrainsOnOtherRows)
+    try:
+        config = load_config(None, ["method=test-other-rows", *overrides(nano_policy)])
+        trainer = Trainer(config, tmp_path / "other")
+        trainer.build()
+        record = trainer.train_step()
+        drawn = trainer.services.drawn_rewards
+        assert len(drawn) == 2 and sum(len(r) for r in drawn) == 18  # two draws of 3 x 3
+        assert record["reward_mean"] == 0.0 and record["accuracy"] == 0.0
+        assert record["responses"] == 9  # trained on one draw
+        trainer.services.begin_step(1)
+        assert trainer.services.drawn_rewards == []  # each step counts its own draws
+    finally:
+        _REGISTRY.pop("test-other-rows", None)
+
+
+def test_drawn_statistics_pool_the_draws_and_skip_what_has_no_outcome():
+    from creditbench.harness.diagnostics.step import drawn_statistics
+
+    drawn = [torch.tensor([1.0, 0.0, float("nan")]), torch.tensor([1.0, 0.75])]
+    assert drawn_statistics(drawn) == {"reward_mean": 0.6875, "accuracy": 0.75}
+    assert drawn_statistics([]) == {} and drawn_statistics([torch.tensor([float("nan")])]) == {}

@@ -39,6 +39,22 @@ def batch_statistics(batch: RolloutBatch, advantages: Tensor) -> dict[str, Any]:
     }
 
 
+def drawn_statistics(drawn: list[Tensor]) -> dict[str, float]:
+    """``reward_mean`` and ``accuracy`` over every plain batch a step drew
+    (``Services.sample_batch``), whatever the method then trained on: the policy's accuracy on
+    fresh problems (the online accuracy) even when a method filters its batch (DAPO's mixed
+    groups) or extends it (repairs, continuations, interventions). Empty when the step drew
+    none (a method with a rollout of its own)."""
+    rewards = torch.cat(drawn) if drawn else torch.empty(0)
+    rewards = rewards[torch.isfinite(rewards)]
+    if not rewards.numel():
+        return {}
+    return {
+        "reward_mean": float(rewards.mean()),
+        "accuracy": float((rewards > 0.5).float().mean()),
+    }
+
+
 def group_outcomes(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Each row's group index ``[B]``, and per group its responses and passed responses
     (reward > 0.5) ``[G]``."""

@@ -87,6 +87,9 @@ class HarnessServices:
         self.step = 0
         self.budget_fraction = 0.0  # the budget spent before this step (see begin_step)
         self.stats: dict[str, float] = {}  # what methods report this step (see report)
+        # the rewards of every plain batch the step drew (sample_batch), before a method
+        # filters or extends it: the step's online accuracy
+        self.drawn_rewards: list[Tensor] = []
         self.seconds = {"generation": 0.0, "scoring": 0.0}
         self.scorers = Scorers(policy, meter, reference, teacher_loader, policy_optimizer)
         self.scoring = ScoringPasses(
@@ -130,6 +133,7 @@ class HarnessServices:
         self.step = step
         self.budget_fraction = self.meter.fraction() if self.meter.amount > 0 else 0.0
         self.stats = {}
+        self.drawn_rewards = []
         self.batches.defer_behaviour = defer_behaviour
         self.batches.behaviour_statistics = tuple(behaviour_statistics)
         self.reference_method = reference_method
@@ -211,7 +215,9 @@ class HarnessServices:
         seed = derive_seed(self.seed, "rollout", self.step, call)
         samples = self._sample(prompts, self.rollout_config.group_size, seed=seed)
         problem_index = torch.tensor(indices, dtype=torch.long)[samples.prompt_index]
-        return self.batches.from_samples(samples, problem_index, group_offset=call * len(indices))
+        batch = self.batches.from_samples(samples, problem_index, group_offset=call * len(indices))
+        self.drawn_rewards.append(batch.rewards.detach().clone())
+        return batch
 
     def generate(
         self,

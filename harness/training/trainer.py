@@ -30,7 +30,11 @@ import torch
 
 from creditbench.harness.config import ConfigError, RunConfig, from_dict, resolve_run, to_dict
 from creditbench.harness.diagnostics.explain import response_samples
-from creditbench.harness.diagnostics.step import batch_statistics, step_diagnostics
+from creditbench.harness.diagnostics.step import (
+    batch_statistics,
+    drawn_statistics,
+    step_diagnostics,
+)
 from creditbench.harness.records.rundir import (
     MetricsLogger,
     RunDir,
@@ -281,6 +285,7 @@ class Trainer:
     def _step_record(self, method, batch, advantages, stats, timing) -> dict[str, Any]:
         record: dict[str, Any] = {"step": self.step, **budget_fields(self.meter)}
         record.update(batch_statistics(batch, advantages))
+        record.update(drawn_statistics(self.services.drawn_rewards))  # the online accuracy
         # per-optimizer-step lists (grad_norms, update_norms) stay lists
         record.update({key: v if isinstance(v, list) else float(v) for key, v in stats.items()})
         record.update(self.services.stats)  # what the method reported this step

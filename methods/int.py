@@ -34,8 +34,8 @@ Deviations:
       ``pool="unsolved"``), and trains on them at once. The sampled responses of a patch step
       are not trained on, as the paper's collection rollouts are not; a patch step that finds
       no intervention trains GRPO on its batch rather than waste it (ours). An intervention
-      row's reward is NaN, so a patch step records no training accuracy: InT's online
-      accuracy on the board covers its GRPO steps and those fallback steps.
+      row's reward is NaN (it states no answer); the step's online accuracy is the sampled
+      batch's, as for every method.
     - Proposal: the policy under the task's ``repair`` prompt (the failed attempt and the
       reference solution) writes a corrected solution, and the intervention is its first step
       that differs from the attempt: the location and the new step in one answer, as the

@@ -146,20 +146,30 @@ def test_samples_carry_the_prefix_and_stop_at_eos(fake_vllm, policy_and_tokenize
 
 def test_sleep_mode_frees_the_engine_while_the_policy_trains(fake_vllm, policy_and_tokenizer):
     policy, tokenizer = policy_and_tokenizer
+    prompt = ["start at 3. work mod 100.\n"]
     engine = backend(tokenizer, sleep=True)
     llm = engine.llm
-    assert llm.kwargs["enable_sleep_mode"] is True and llm.calls == ["sleep:2"]
-    engine.load_weights(policy)  # after a training step
-    engine.sample(["start at 3. work mod 100.\n"], n=1, max_new_tokens=4, temperature=1.0, seed=0)
-    assert llm.calls[1:] == [
-        "wake_up:weights", "reset_prefix_cache", "wake_up:kv_cache", "generate", "sleep:2",
+    assert llm.kwargs["enable_sleep_mode"] is True and llm.calls == []
+    # before any push (the first evaluation): the weights vLLM loaded are only offloaded
+    engine.sample(prompt, n=1, max_new_tokens=4, temperature=1.0, seed=0)
+    engine.sample(prompt, n=1, max_new_tokens=4, temperature=1.0, seed=0)
+    assert llm.calls == [
+        "generate", "sleep:1", "wake_up:weights", "wake_up:kv_cache", "generate", "sleep:1",
     ]  # fmt: skip
-    # sampling again without a training step (an evaluation): the freed weights come back first
     del llm.calls[:]
-    engine.sample(["start at 3. work mod 100.\n"], n=1, max_new_tokens=4, temperature=1.0, seed=0)
+    engine.load_weights(policy)  # after a training step: from now on the weights may be freed
+    engine.sample(prompt, n=1, max_new_tokens=4, temperature=1.0, seed=0)
     assert llm.calls == [
         "wake_up:weights", "reset_prefix_cache", "wake_up:kv_cache", "generate", "sleep:2",
     ]  # fmt: skip
+    # sampling again without a training step (an evaluation): the freed weights are pushed again
+    del llm.calls[:]
+    engine.sample(prompt, n=1, max_new_tokens=4, temperature=1.0, seed=0)
+    assert llm.calls == [
+        "wake_up:weights", "reset_prefix_cache", "wake_up:kv_cache", "generate", "sleep:2",
+    ]  # fmt: skip
+    assert torch.equal(llm.model.weights[next(iter(llm.model.weights))],
+                       next(iter(policy.parameters())).detach())  # fmt: skip
 
 
 def test_a_single_process_gets_a_group_of_one_and_a_launchers_group_is_kept(monkeypatch):

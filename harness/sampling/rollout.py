@@ -322,9 +322,10 @@ class VLLMBackend:
     training step through the model vLLM loaded (:meth:`load_weights`: each parameter through
     the model's own ``load_weights``, then the prefix cache reset), not through
     ``LLM.apply_model``, whose function vLLM V1 refuses to serialize. With ``memory.sleep``
-    the engine sleeps (level 2: weights and KV cache freed) while the policy trains, wakes its
-    weights to receive new ones and its KV cache to sample. ``model_path`` is a Hugging Face
-    directory. vLLM's own sampler log-probs are returned as ``sampler_logprobs`` for
+    the engine sleeps after each generation while the policy trains (level 2, weights and KV
+    cache freed, once a policy has been pushed to refill them; level 1, weights offloaded,
+    before), wakes its weights to receive new ones and its KV cache to sample. ``model_path`` is
+    a Hugging Face directory. vLLM's own sampler log-probs are returned as ``sampler_logprobs`` for
     diagnostics only: the batch's behaviour log-probs are recomputed teacher-forced, so the
     first-epoch ratio is still exactly 1.
     """
@@ -357,11 +358,9 @@ class VLLMBackend:
             enable_sleep_mode=self.memory.sleep,
             distributed_executor_backend="external_launcher",
         )
-        self._policy = None  # the model whose weights the engine holds, to re-push after sleep
-        self._weights_freed = False
-        if self.memory.sleep:
-            self.llm.sleep(level=2)
-            self._weights_freed = True
+        self._policy = None  # the model whose weights the engine holds, to push after a sleep
+        self._asleep = 0  # 0 awake; else the sleep level (2 frees the weights, 1 offloads them)
+        self._weights_awake = True
 
     def engine_model(self):
         """The model inside the in-process engine (as TRL reaches it in colocate mode)."""
@@ -369,9 +368,9 @@ class VLLMBackend:
 
     def load_weights(self, model) -> None:
         """Copy the training model's current parameters into the vLLM engine."""
-        if self._weights_freed:
+        if not self._weights_awake:
             self.llm.wake_up(tags=["weights"])
-            self._weights_freed = False
+            self._weights_awake = True
         target = self.engine_model()
         for name, parameter in model.named_parameters():
             target.load_weights([(name, parameter.detach())])
@@ -406,14 +405,19 @@ class VLLMBackend:
         requests = [
             {"prompt_token_ids": p + q} for p, q in zip(prompt_tokens, prefix_tokens, strict=True)
         ]
-        if self.memory.sleep:
-            if self._weights_freed and self._policy is not None:
-                self.load_weights(self._policy)  # the weights were freed while it slept
+        if self._asleep:
+            if self._asleep == 2 and not self._weights_awake:
+                self.load_weights(self._policy)  # freed while it slept: pushed again
+            elif not self._weights_awake:
+                self.llm.wake_up(tags=["weights"])  # offloaded: restored as they were
+                self._weights_awake = True
             self.llm.wake_up(tags=["kv_cache"])
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         if self.memory.sleep:
-            self.llm.sleep(level=2)
-            self._weights_freed = True
+            # level 2 frees the weights: only once there is a policy to push them again from
+            self._asleep = 2 if self._policy is not None else 1
+            self.llm.sleep(level=self._asleep)
+            self._weights_awake = False
         rows_prompt, rows_response, rows_truncated, rows_new = [], [], [], []
         for i, request_output in enumerate(outputs):
             for completion in request_output.outputs:

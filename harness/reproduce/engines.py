@@ -52,7 +52,6 @@ VERL_KEYS = {
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 NO_DUAL_CLIP = 1.0e9  # verl always dual-clips; a constant this large never acts
-DAPO_RECIPE = "verl recipe/dapo/run_dapo_qwen2.5_32b.sh"
 GPUS_PER_NODE = 8  # the nodes of verl's recipes (trainer.n_gpus_per_node 8)
 # Tokens a chat template adds around a prompt (Qwen's default system prompt and role markers
 # are about 30): ours, generous, since an overlong prompt stops verl (data.truncation=error).
@@ -68,12 +67,19 @@ def prompt_token_bound(prompts: list[str]) -> int:
     return -(-longest // 128) * 128
 
 
-def rollout_tensor_parallel(model: str | None, gpus_per_node: int) -> int:
-    """vLLM's tensor parallelism for a model named with its size ("Qwen2.5-32B"): one GPU per
-    8B parameters, rounded up to a power of two within a node (ours; it gives the 4 of
-    verl's DAPO recipe for 32B, and 1 for a model of 8B or less or of unknown size)."""
+def model_billions(model: str | None) -> float | None:
+    """The parameter count, in billions, of a model named with its size ("Qwen2.5-32B",
+    "Qwen3-8B-Base": 32, 8), or None when the name gives none."""
     match = re.search(r"(\d+(?:\.\d+)?)B\b", model or "")
-    wanted = max(1, math.ceil(float(match.group(1)) / 8)) if match else 1
+    return float(match.group(1)) if match else None
+
+
+def rollout_tensor_parallel(model: str | None, gpus_per_node: int) -> int:
+    """vLLM's tensor parallelism for a model named with its size (:func:`model_billions`): one
+    GPU per 8B parameters, rounded up to a power of two within a node (ours; it gives the 4 of
+    verl's DAPO recipe for 32B, and 1 for a model of 8B or less or of unknown size)."""
+    billions = model_billions(model)
+    wanted = max(1, math.ceil(billions / 8)) if billions is not None else 1
     size = 1
     while size < wanted and size * 2 <= gpus_per_node:
         size *= 2
@@ -84,7 +90,8 @@ def verl_cluster_settings(plan: Plan, prompt_tokens: int, response_tokens: int) 
     """What verl 0.9.1 needs beyond a run config, the same for every run of the plan: the
     rollout engine, dynamic micro-batches sized to one full sequence, the GPUs and nodes of
     the card, vLLM's parallelism and memory, an explicit logger, and the card's warm-up and
-    validation top-p (verl's DAPO recipe where the card is silent, :data:`DAPO_RECIPE`)."""
+    validation top-p (verl's DAPO recipe, ``recipe/dapo/run_dapo_qwen2.5_32b.sh``, where the
+    card is silent)."""
     scale, other = plan.card.paper_scale, plan.card.recipe.other
     gpus = scale.gpu_count if scale is not None else 1
     per_node = min(gpus, GPUS_PER_NODE)
@@ -214,20 +221,21 @@ def verl_overrides(
     return [f"{key}={_value(value)}" for key, value in values.items()]
 
 
-def task_prompts(plan: Plan) -> list[str]:
-    """Every prompt of the plan's task, both splits."""
+def plan_task(plan: Plan) -> Any:
+    """The plan's task, loaded once for everything a launch writes from it."""
     from creditbench.harness.tasks import get_task
 
-    task = get_task(plan.task, **plan.task_options)
+    return get_task(plan.task, **plan.task_options)
+
+
+def task_prompts(task: Any) -> list[str]:
+    """Every prompt of ``task``, both splits."""
     return [problem.prompt for split in ("train", "test") for problem in task.problems(split)]
 
 
-def _write_data(plan: Plan, folder: Path) -> list[Path]:
+def _write_data(plan: Plan, task: Any, folder: Path) -> list[Path]:
     from datasets import Dataset
 
-    from creditbench.harness.tasks import get_task
-
-    task = get_task(plan.task, **plan.task_options)
     paths = []
     for split in ("train", "test"):
         rows = [
@@ -328,7 +336,8 @@ def write_verl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: P
     ]
     env = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=creditbench_plan"
     responses = max(config.rollout.max_new_tokens for config in configs)
-    cluster = verl_cluster_settings(plan, prompt_token_bound(task_prompts(plan)), responses)
+    task = plan_task(plan)
+    cluster = verl_cluster_settings(plan, prompt_token_bound(task_prompts(task)), responses)
     for run, config in zip(runs, configs, strict=True):
         if run.entry not in rows:
             continue
@@ -339,7 +348,7 @@ def write_verl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: P
         quoted = [f'"{part}"' if "$" in part else shlex.quote(part) for part in overrides]
         script.append(" \\\n    ".join(["python -m verl.trainer.main_ppo", *quoted, env]))
     folder.mkdir(parents=True, exist_ok=True)
-    launch.files += _write_data(plan, folder)
+    launch.files += _write_data(plan, task, folder)
     reward = folder / "reward.py"
     reward.write_text(REWARD.format(task=plan.task, options=dict(plan.task_options)))
     plugin = folder / "creditbench_plan.py"

@@ -18,14 +18,21 @@ cannot run inside TRL (`creditbench.integrations.engine`). The generation batch 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from creditbench.integrations.engine import TRL, unsupported_reason
 from creditbench.methods.registry import get_method
 
-from .engines import Launch, nothing_runs, prompt_token_bound, script_start, task_prompts
+from .engines import (
+    Launch,
+    model_billions,
+    nothing_runs,
+    plan_task,
+    prompt_token_bound,
+    script_start,
+    task_prompts,
+)
 from .plan import Plan
 from .recipe import ReproduceError
 
@@ -69,12 +76,13 @@ def micro_batch(prompt_tokens: int, max_new_tokens: int) -> int:
 
 
 def needs_sharding(model: str | None, gpu_memory_gib: int) -> bool:
-    """Whether full-parameter AdamW training of a model named with its size ("Qwen2.5-7B")
-    outgrows one GPU of ``gpu_memory_gib`` (unknown size or memory: no)."""
-    match = re.search(r"(\d+(?:\.\d+)?)B\b", model or "")
-    if match is None or gpu_memory_gib <= 0:
+    """Whether full-parameter AdamW training of a model named with its size
+    (:func:`.engines.model_billions`) outgrows one GPU of ``gpu_memory_gib`` (unknown size or
+    memory: no)."""
+    billions = model_billions(model)
+    if billions is None or gpu_memory_gib <= 0:
         return False
-    return float(match.group(1)) * 1e9 * TRAINING_BYTES_PER_PARAMETER > gpu_memory_gib * 2**30
+    return billions * 1e9 * TRAINING_BYTES_PER_PARAMETER > gpu_memory_gib * 2**30
 
 
 def grpo_arguments(config: Any, method: Any) -> dict[str, Any]:
@@ -118,7 +126,6 @@ accelerate launch --config_file accelerate.yaml train.py --run NAME"""
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 from accelerate import PartialState
@@ -215,7 +222,7 @@ def write_trl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: Pa
     ``folder``; see the module doc."""
     launch = Launch()
     entries: dict[str, Any] = {}
-    prompt_tokens = prompt_token_bound(task_prompts(plan))
+    prompt_tokens = prompt_token_bound(task_prompts(plan_task(plan)))
     for run, config in zip(runs, configs, strict=True):
         method = get_method(run.method)(**plan.option_values(run.entry))
         reason = _left_out(method, config.rollout.max_new_tokens)

@@ -17,17 +17,25 @@ from creditbench.methods.contract import FIRST_WRONG_MASK
 from creditbench.methods.core import RolloutBatch, masked_mean
 
 
+def outcome_statistics(rewards: Tensor) -> dict[str, float]:
+    """``reward_mean`` and ``accuracy`` (reward > 0.5) of the finite ``rewards`` (a row with no
+    outcome is NaN); NaN and 0 when none is finite."""
+    rewards = rewards[torch.isfinite(rewards)]
+    return {
+        "reward_mean": float(rewards.mean()) if rewards.numel() else float("nan"),
+        "accuracy": float((rewards > 0.5).float().mean()) if rewards.numel() else 0.0,
+    }
+
+
 def batch_statistics(batch: RolloutBatch, advantages: Tensor) -> dict[str, Any]:
     """Reward, accuracy, length and advantage statistics of the step's batch."""
     mask = batch.response_mask
     adv_mean = masked_mean(advantages, mask)
     adv_std = masked_mean((advantages - adv_mean) ** 2, mask).sqrt()
-    rewards = batch.rewards[torch.isfinite(batch.rewards)]
     truncated = batch.truncated
     all_fail, mixed = group_outcome_shares(batch.rewards, batch.group_ids)
     return {
-        "reward_mean": float(rewards.mean()) if rewards.numel() else float("nan"),
-        "accuracy": float((rewards > 0.5).float().mean()) if rewards.numel() else 0.0,
+        **outcome_statistics(batch.rewards),
         "responses": batch.size,
         "response_length": float(mask.sum(-1).mean()),
         "truncated_frac": float(truncated.float().mean()) if truncated is not None else 0.0,
@@ -46,13 +54,7 @@ def drawn_statistics(drawn: list[Tensor]) -> dict[str, float]:
     groups) or extends it (repairs, continuations, interventions). Empty when the step drew
     none (a method with a rollout of its own)."""
     rewards = torch.cat(drawn) if drawn else torch.empty(0)
-    rewards = rewards[torch.isfinite(rewards)]
-    if not rewards.numel():
-        return {}
-    return {
-        "reward_mean": float(rewards.mean()),
-        "accuracy": float((rewards > 0.5).float().mean()),
-    }
+    return outcome_statistics(rewards) if torch.isfinite(rewards).any() else {}
 
 
 def group_outcomes(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -63,6 +63,7 @@ from .core import RolloutBatch, broadcast_to_tokens, concat_batches
 from .grpo import GRPOConfig, grpo_scores
 from .registry import register_method
 from .rollouts import pad_extras_like, response_tokens, with_step_ids
+from .values import state_starts
 
 CORRECT = 0.5  # reward above which a response is correct (IBPO's threshold)
 IS_INTERVENTION = method_extra(
@@ -82,13 +83,16 @@ def int_advantages(
 
 
 def step_starts(step_ids: Tensor, length: int) -> list[int]:
-    """The first token of each step of one row (``step_ids`` ``[T]``, -1 between steps), and
-    ``length`` closing the last: step k runs to the next step's first token, its delimiter
-    included, and the last step to the row's last token of a step."""
-    ids = step_ids[:length].tolist()
-    starts = [ids.index(k) for k in range(max(ids, default=-1) + 1) if k in ids]
-    ends = [t + 1 for t, k in enumerate(ids) if k >= 0]
-    return [*starts, ends[-1]] if starts else [0]
+    """Where each step of one row starts (the states of :func:`.values.state_starts`, from
+    ``step_ids`` ``[T]`` of its first ``length`` tokens, -1 between steps), then the end of its
+    last step: step k runs to the next step's first token, its delimiter included, and the last
+    step to the row's last token of a step. ``[0]`` for a row with no step."""
+    ids = step_ids[:length]
+    in_steps = (ids >= 0).nonzero().flatten()
+    if not in_steps.numel():
+        return [0]
+    starts, valid = state_starts(ids.unsqueeze(0))
+    return [*starts[0][valid[0]].tolist(), int(in_steps[-1]) + 1]
 
 
 def intervention(

@@ -78,6 +78,13 @@ def _needs_cuda(device: str) -> None:
         raise Skip("no CUDA GPU (torch.cuda.is_available() is False); --device cpu checks the rest")
 
 
+def _needs_vllm() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise Skip("vllm is not installed (pip install 'creditbench[vllm]')")
+
+
 def check_builtin(out: Path, device: str) -> str:
     """Three GRPO steps of the harness's own trainer on GSM8K, vLLM rollouts on CUDA."""
     _needs_cuda(device)
@@ -99,10 +106,7 @@ def check_builtin(out: Path, device: str) -> str:
         "eval.k_samples": 1,
     }
     if device == "cuda":
-        import importlib.util
-
-        if importlib.util.find_spec("vllm") is None:
-            raise Skip("vllm is not installed (pip install 'creditbench[vllm]')")
+        _needs_vllm()
         settings.update({"rollout.backend": "vllm", "model.dtype": "float32"})
     command = [sys.executable, "-m", "creditbench.harness.cli.main", "train", "--method", "grpo"]
     command += ["--task", "gsm8k", "--output", str(out), "--name", "builtin", "--quiet"]
@@ -180,10 +184,7 @@ def check_trl(out: Path, device: str) -> str:
 def check_vllm(out: Path, device: str) -> str:
     """The vLLM backend on the GPU: a weight push after a change, read back, and samples."""
     _needs_cuda(device)
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        raise Skip("vllm is not installed (pip install 'creditbench[vllm]')")
+    _needs_vllm()
     import torch
 
     from creditbench.harness.config import VLLMConfig

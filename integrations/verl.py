@@ -1,7 +1,7 @@
 """creditbench methods inside verl: advantage estimators and policy losses in verl's registries.
 
 Importing this module registers, for every method that computes its credit from verl's batch
-alone (`creditbench.integrations.engine`), an advantage estimator and a policy loss named
+alone (`creditbench.harness.services.engines`), an advantage estimator and a policy loss named
 ``creditbench_<method>``::
 
     algorithm.adv_estimator=creditbench_rloo
@@ -52,11 +52,7 @@ import torch
 from torch import Tensor
 from verl.trainer.ppo import core_algos
 
-from creditbench.methods.base import CreditMethod
-from creditbench.methods.contract import MIXED_GROUPS
-from creditbench.methods.core import Normalizers
-
-from .engine import (
+from creditbench.harness.services.engines import (
     VERL,
     VERL_MIXED_GROUPS_SETTINGS,
     engine_batch,
@@ -64,6 +60,9 @@ from .engine import (
     method_for_engine,
     supported_methods,
 )
+from creditbench.methods.base import CreditMethod
+from creditbench.methods.contract import MIXED_GROUPS
+from creditbench.methods.core import Normalizers
 
 PREFIX = "creditbench_"
 # what each name was registered with: the method, its config, the generation limit

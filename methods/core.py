@@ -225,6 +225,15 @@ def group_mean_std(
     return mean[inverse].to(dtype), std[inverse].to(dtype), count[inverse].to(dtype)
 
 
+def rows_of_mixed_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """``[B]`` bool: True where the group's rewards are not all equal (the ``mixed_groups``
+    rule of `contract.GroupFilter`, DAPO's dynamic sampling). A group of equal rewards (a group
+    of one too) has zero advantage, so no gradient; DAPO drops it. The spread is computed in
+    float64: equal rewards give exactly 0."""
+    _, std, _ = group_mean_std(rewards, group_ids, std_kind="population")
+    return std > 0
+
+
 def group_normalized_scores(
     rewards: Tensor,
     group_ids: Tensor,

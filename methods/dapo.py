@@ -63,8 +63,8 @@ from .core import (
     RolloutBatch,
     broadcast_to_tokens,
     concat_batches,
-    group_mean_std,
     group_normalized_scores,
+    rows_of_mixed_groups,
 )
 from .registry import register_method
 
@@ -86,14 +86,6 @@ def shaped_rewards(
     if not shaping:
         return rewards
     return rewards + overlong_penalty(lengths, max_length, cache_length).to(rewards.dtype)
-
-
-def dynamic_sampling_keep(rewards: Tensor, group_ids: Tensor) -> Tensor:
-    """``[B]`` bool: True where the group's rewards are not all equal. A group of equal rewards
-    (a group of one too) has zero advantage, so no gradient; DAPO drops it. The spread is
-    computed in float64: equal rewards give exactly 0."""
-    _, std, _ = group_mean_std(rewards, group_ids, std_kind="population")
-    return std > 0
 
 
 def dapo_advantages(
@@ -174,7 +166,7 @@ class DAPO(CreditMethod):
         for round_index in range(cfg.max_sampling_rounds):
             if round_index > 0:
                 batch = services.sample_batch()
-            keep = dynamic_sampling_keep(batch.rewards, batch.group_ids)
+            keep = rows_of_mixed_groups(batch.rewards, batch.group_ids)
             if bool(keep.any()):
                 kept.append(batch.select(keep))
             if sum(len(torch.unique(b.group_ids)) for b in kept) >= target:
@@ -220,7 +212,7 @@ class DAPO(CreditMethod):
         that ran out of rounds still holds all-equal groups, and they train on nothing."""
         if not self.config.dynamic_sampling:
             return super().trained_responses(batch)
-        return dynamic_sampling_keep(batch.rewards, batch.group_ids)
+        return rows_of_mixed_groups(batch.rewards, batch.group_ids)
 
     def _length_limits(
         self, batch: RolloutBatch, services: Services | None

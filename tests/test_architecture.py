@@ -3,10 +3,11 @@
     methods/      torch and the standard library only, and methods/ itself
     reference/    nothing of ours
     leaderboard/  reference/ and itself: it reads run directories, never the harness
-    harness/      methods/, reference/, leaderboard/, integrations/ and itself; of methods/
-                  only the shared modules, never a method file (it never learns method names)
-    integrations/ methods/ (its shared modules) and itself, besides verl and TRL: the adapters
-                  that run methods inside other trainers, which the harness's reproduce uses
+    harness/      methods/, reference/, leaderboard/ and itself; of methods/ only the shared
+                  modules, never a method file (it never learns method names)
+    integrations/ methods/ (its shared modules), harness/ and itself, besides verl and TRL: the
+                  adapters that run methods inside other trainers with the harness's scoring;
+                  the harness's reproduce writes launches that name them, never imports them
 
 so the graph of rooms has no cycle. The test also checks the harness's folders form no cycle
 of their own at the level of folders it shows (cli -> training -> sampling, ...).
@@ -26,8 +27,8 @@ MAY_IMPORT = {
     "methods": {"methods"},
     "reference": {"reference"},
     "leaderboard": {"leaderboard", "reference"},
-    "harness": {"harness", "methods", "reference", "leaderboard", "integrations"},
-    "integrations": {"integrations", "methods"},
+    "harness": {"harness", "methods", "reference", "leaderboard"},
+    "integrations": {"integrations", "methods", "harness"},
 }
 # values: the states (state_starts) whose values Services.task_values returns
 SHARED_METHOD_MODULES = {
@@ -144,7 +145,7 @@ def test_the_rule_would_catch_a_forbidden_import(room, tmp_path, monkeypatch):
         "reference": "from creditbench.methods import core\n",
         "leaderboard": "from creditbench.harness.records.rundir import RunDir\n",
         "harness": "from creditbench.methods.grpo import GRPO\n",
-        "integrations": "from creditbench.harness.config import RunConfig\n",
+        "integrations": "from creditbench.leaderboard.files import RunFiles\n",
     }[room]
     (tmp_path / room).mkdir()
     (tmp_path / room / "planted.py").write_text(forbidden)

@@ -20,12 +20,12 @@ from creditbench.methods.core import (
     concat_batches,
     importance_ratio,
     masked_mean,
+    rows_of_mixed_groups,
 )
 from creditbench.methods.dapo import (
     DAPO,
     DAPOConfig,
     dapo_advantages,
-    dynamic_sampling_keep,
     overlong_penalty,
 )
 from creditbench.methods.drgrpo import DrGRPO, drgrpo_advantages
@@ -214,9 +214,9 @@ def test_overlong_penalty_rejects_a_cache_longer_than_the_limit() -> None:
 
 
 @given(batch=grouped())
-def test_dynamic_sampling_keeps_exactly_the_groups_with_unequal_rewards(batch) -> None:
+def test_rows_of_mixed_groupss_exactly_the_groups_with_unequal_rewards(batch) -> None:
     rewards, _, group_ids = batch
-    keep = dynamic_sampling_keep(rewards, group_ids)
+    keep = rows_of_mixed_groups(rewards, group_ids)
     for i in range(len(rewards)):
         mates = rewards[group_ids == group_ids[i]].tolist()
         assert bool(keep[i]) == (len(set(mates)) > 1)

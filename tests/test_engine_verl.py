@@ -326,7 +326,7 @@ def test_dapo_runs_on_verls_filter_with_its_overlong_shaping_and_refuses_it_off(
 
 
 def engine_batch_of(rewards, mask, labels):
-    from creditbench.integrations.engine import engine_batch
+    from creditbench.harness.services.engines import engine_batch
 
     return engine_batch(rewards.sum(-1), mask, adapter.group_ids_of(labels))
 

@@ -1,16 +1,18 @@
 """The engines page's table of which methods run inside verl and TRL is the adapters' own rule
-(`creditbench.integrations.engine`), method by method, and lists every built-in method."""
+(`creditbench.harness.services.engines`), method by method, and lists every built-in method."""
 
 from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from creditbench.integrations.engine import (
+from creditbench.harness.services.engines import (
+    TASK_TEXT,
     TRL,
     VERL,
     EngineServices,
@@ -50,7 +52,14 @@ def test_reasons_come_from_the_contract_and_the_probe():
     methods = list_methods()
     assert "reference" in unsupported_reason(methods["oracle"], TRL)
     assert "samples its own batch" in unsupported_reason(methods["vineppo"], TRL)
-    assert "behaviour log-probs" in unsupported_reason(methods["dfpo"], TRL)
+    assert "behaviour log-probs" in unsupported_reason(methods["otb"], VERL)
+    assert "loss of its own" in unsupported_reason(methods["dfpo"], TRL)
+    assert "token mask of its own" in unsupported_reason(methods["forking"], VERL)
+    assert unsupported_reason(methods["forking"], TRL, LIMIT) is None  # TRL's completion_mask
+    # SCAPO scores under the task's prompt variants: TRL gives them only with a task
+    assert unsupported_reason(methods["scapo"], TRL, LIMIT) is None
+    assert "creditbench task" in unsupported_reason(methods["scapo"], TRL.without(TASK_TEXT), LIMIT)
+    assert "reference model" in unsupported_reason(methods["prime"], VERL, LIMIT)
     # the probe: TEMPO's tree credit changes with the token ids, which verl does not give
     assert "token ids" in unsupported_reason(methods["tempo"], VERL)
     assert set(supported_methods(VERL)) < set(supported_methods(TRL))
@@ -60,7 +69,8 @@ def test_dapo_runs_where_the_engine_filters_groups_and_gives_its_generation_limi
     dapo = list_methods()["dapo"]
     assert "max_response_length" in unsupported_reason(dapo, VERL)  # no limit known
     assert unsupported_reason(dapo, VERL, LIMIT) is None  # verl's algorithm.filter_groups
-    assert "a filter TRL lacks" in unsupported_reason(dapo, TRL, LIMIT)
+    assert unsupported_reason(dapo, TRL, LIMIT) is None  # the adapter's refills, one process
+    assert "a filter verl lacks" in unsupported_reason(dapo, replace(VERL, filters=frozenset()))
     # without dynamic sampling its rollout is the plain batch; overlong filtering edits masks
     assert unsupported_reason(dapo(dynamic_sampling=False), TRL, LIMIT) is None
     assert "edited masks" in unsupported_reason(dapo(overlong_filtering=True), VERL, LIMIT)
@@ -85,8 +95,8 @@ def test_method_for_engine_takes_a_name_with_options_or_an_instance():
         method_for_engine(grpo, VERL, singleton="zero")
     with pytest.raises(ValueError, match="std_kind"):
         method_for_engine("grpo", VERL, std_kind="nosuch")
-    with pytest.raises(ValueError, match="'dapo' cannot run inside TRL: its rollout keeps"):
-        method_for_engine("dapo", TRL, 256)
+    with pytest.raises(ValueError, match="'vineppo' cannot run inside TRL: it samples"):
+        method_for_engine("vineppo", TRL, 256)
 
 
 def test_engine_batch_fills_what_an_engine_lacks_so_that_reading_it_fails_loudly():

@@ -153,5 +153,5 @@ def test_a_trl_launch_of_a_card_whose_own_method_trl_cannot_run_is_refused(tmp_p
     assert _reproduce(tmp_path, "dapo", "--dry-run", "--engine", "trl") == 2  # the last wins
     err = capsys.readouterr().err
     assert "the method the card proposes cannot run on trl" in err
-    assert "dapo: its rollout keeps only mixed_groups" in err and "a filter TRL lacks" in err
+    assert "dapo: its dynamic sampling runs on one TRL process" in err and "verl" in err
     assert not (tmp_path / "trl").exists()

@@ -12,9 +12,9 @@
   plan has no ``--model-dir``.
 
 A row whose method cannot run inside verl is left out, with the reason
-(`creditbench.integrations.engine`). A row whose method's rollout keeps only mixed groups
+(`creditbench.harness.services.engines`). A row whose method's rollout keeps only mixed groups
 (DAPO's dynamic sampling) runs on verl's own filter
-(`creditbench.integrations.engine.VERL_MIXED_GROUPS_SETTINGS`), and the launch notes where
+(`creditbench.harness.services.engines.VERL_MIXED_GROUPS_SETTINGS`), and the launch notes where
 verl's filter differs from the method's. Nothing is run: verl runs on the cluster, not here.
 """
 
@@ -27,7 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from creditbench.integrations.engine import VERL, VERL_MIXED_GROUPS_SETTINGS, unsupported_reason
+from creditbench.harness.services.engines import (
+    VERL,
+    VERL_MIXED_GROUPS_SETTINGS,
+    unsupported_reason,
+)
 from creditbench.methods.contract import MIXED_GROUPS, GroupFilter
 from creditbench.methods.registry import get_method
 

@@ -10,7 +10,7 @@ writes, into ``RESULTS/trl/``, what runs the plan with `CreditGRPOTrainer` under
 
 TRL's loss aggregates as its ``loss_type`` says; a method's aggregation maps onto one
 (:data:`TRL_LOSS_TYPES`) or its row is left out, with the reason, as is a row whose method
-cannot run inside TRL (`creditbench.integrations.engine`). The generation batch is the plan's
+cannot run inside TRL (`creditbench.harness.services.engines`). The generation batch is the plan's
 ``prompts_per_step x group_size`` completions, split into ``train.minibatches`` optimizer steps
 (TRL's ``steps_per_generation``); ``train.py`` divides it over the processes it finds.
 """
@@ -21,7 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from creditbench.integrations.engine import TRL, unsupported_reason
+from creditbench.harness.services.engines import TRL, unsupported_reason
+from creditbench.methods.contract import MIXED_GROUPS
 from creditbench.methods.registry import get_method
 
 from .engines import (
@@ -50,6 +51,12 @@ def _left_out(method: Any, max_new_tokens: int) -> str | None:
     reason = unsupported_reason(method, TRL, max_new_tokens)
     if reason is not None:
         return reason
+    kept = method.group_filter()
+    if kept is not None and kept.keep == MIXED_GROUPS:  # CreditGRPOTrainer refuses it on many
+        return (
+            "its dynamic sampling runs on one TRL process (the adapter's refills); on the "
+            "card's GPUs use --engine verl (algorithm.filter_groups)"
+        )
     cfg = method.config
     if cfg.aggregation not in TRL_LOSS_TYPES:
         return f"TRL has no loss_type that aggregates as {cfg.aggregation}"
@@ -146,11 +153,12 @@ run = PLAN["runs"][args.run]
 
 task = get_task(PLAN["task"], **PLAN["task_options"])
 problems = task.problems("train")
-dataset = Dataset.from_list([{"prompt": p.prompt, "index": i} for i, p in enumerate(problems)])
+rows = [{"prompt": p.prompt, "problem_index": i} for i, p in enumerate(problems)]
+dataset = Dataset.from_list(rows)
 
 
-def reward(prompts, completions, index, **_):
-    return [task.grade(problems[i], text).reward for i, text in zip(index, completions)]
+def reward(prompts, completions, problem_index, **_):
+    return [task.grade(problems[i], text).reward for i, text in zip(problem_index, completions)]
 
 
 # one generation of `completions`, trained in `minibatches` optimizer steps, each made of
@@ -165,6 +173,7 @@ accumulation = completions // shards
 trainer = CreditGRPOTrainer(
     method=run["method"],
     method_options=run["options"],
+    task=task,
     model=args.model,
     reward_funcs=[reward],
     args=GRPOConfig(

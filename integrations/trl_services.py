@@ -1,0 +1,174 @@
+"""The `Services` contract on TRL's side: what a method's credit may call inside
+`CreditGRPOTrainer`, run with TRL's own model and tokenizer.
+
+The harness's scoring passes and text helpers do the work (`harness.scoring`,
+`harness.services.text`), given TRL's model instead of the harness's: teacher-forced log-probs
+of the batch's responses under its own prompts or one text per row (`score`, `distribution`),
+under the frozen reference model or a trained auxiliary model (PRIME's reward model,
+`fit_auxiliary`, trained as TRL trains the policy: AdamW with TRL's betas, weight decay,
+learning rate and gradient clip); with a
+creditbench task the task's prompt variants, problems and answers of each row. The step and
+the budget fraction are TRL's (``global_step / max_steps``), and `report` goes to TRL's logged
+metrics.
+
+Nothing here samples: a method whose rollout draws more than the plain batch (continuations,
+resets, repairs) is refused before training starts (`harness.services.engines`), and any service
+not listed raises NotImplementedError naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from creditbench.harness.budget import BudgetMeter
+from creditbench.harness.scoring.auxiliary import PolicyOptimizer
+from creditbench.harness.scoring.passes import ScoringPasses
+from creditbench.harness.scoring.scorers import Scorers
+from creditbench.harness.services.text import TaskText
+from creditbench.methods.contract import PROBLEM_INDEX
+from creditbench.methods.core import RolloutBatch
+
+
+def adamw_like_trl(args: Any) -> PolicyOptimizer:
+    """How TRL trains the policy (``TrainingArguments``' AdamW: its betas, epsilon, weight
+    decay, learning rate and ``max_grad_norm``), for an auxiliary model to copy."""
+    return PolicyOptimizer(
+        make=lambda params, lr: torch.optim.AdamW(
+            params,
+            lr=lr,
+            betas=(args.adam_beta1, args.adam_beta2),
+            eps=args.adam_epsilon,
+            weight_decay=args.weight_decay,
+        ),
+        lr=args.learning_rate,
+        grad_clip=args.max_grad_norm or None,
+    )
+
+
+class TRLServices:
+    """The services of one `CreditGRPOTrainer` run.
+
+    Args:
+        policy: TRL's model (the one being trained), unwrapped.
+        tokenizer: TRL's processing class.
+        max_new_tokens: TRL's ``max_completion_length``.
+        temperature: TRL's sampling temperature (log-probs are the tempered policy's, as TRL's).
+        micro_batch_size: rows per scoring forward.
+        seed: the run seed (TRL's ``args.seed``).
+        reference: a frozen copy of the initial policy, or None.
+        optimizer: how the policy is trained, for an auxiliary model (see
+            :func:`adamw_like_trl`), or None.
+        task: the creditbench task the training set comes from, whose rows carry
+            ``extras[PROBLEM_INDEX]``; None: no variants, problems or answers.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: Any,
+        tokenizer: Any,
+        max_new_tokens: int,
+        temperature: float,
+        micro_batch_size: int,
+        seed: int,
+        reference: Any = None,
+        optimizer: PolicyOptimizer | None = None,
+        task: Any = None,
+    ) -> None:
+        self.max_new_tokens, self.seed, self.task = max_new_tokens, seed, task
+        self.step, self.budget_fraction = 0, 0.0
+        self.stats: dict[str, float] = {}
+        scorers = Scorers(policy, BudgetMeter.for_model(policy), reference, None, optimizer)
+        self.scoring = ScoringPasses(
+            scorers,
+            tokenizer,
+            micro_batch_size=micro_batch_size,
+            temperature=temperature,
+            seconds={"generation": 0.0, "scoring": 0.0},
+        )
+        problems = list(task.problems("train")) if task is not None else []
+        self.text = TaskText(task, tokenizer, problems)
+
+    def begin_step(self, step: int, budget_fraction: float) -> None:
+        """A new generation batch: TRL's step and the share of ``max_steps`` done before it."""
+        self.step, self.budget_fraction, self.stats = step, budget_fraction, {}
+
+    # --- the batch's own scoring ---------------------------------------------------------------
+
+    def score_behaviour(self, batch: RolloutBatch, statistics: Sequence[str]) -> None:
+        """Fill ``batch.old_logprobs`` with the policy's log-probs before the update (TRL's
+        ``old_per_token_logps``) and ``batch.extras`` with ``statistics`` of its next-token
+        distribution, from one forward."""
+        if statistics:
+            batch.old_logprobs, found = self.scoring.score_with_statistics(batch, statistics)
+            batch.extras = {**(batch.extras or {}), **found}
+        else:
+            batch.old_logprobs = self.scoring.score(batch)
+
+    # --- the Services contract (methods.contract.Services) -------------------------------------
+
+    def generator(self, stream: int) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed * stream + self.step)
+
+    def report(self, stats: Mapping[str, float]) -> None:
+        self.stats.update({key: float(value) for key, value in stats.items()})
+
+    def score(
+        self, batch: RolloutBatch, prompts: Sequence[str] | None = None, model: str = "policy"
+    ) -> Tensor:
+        return self.scoring.score(batch, prompts, model)
+
+    def distribution(
+        self,
+        batch: RolloutBatch,
+        prompts: Sequence[str] | None = None,
+        model: str = "policy",
+        *,
+        top_k: int | None = None,
+        indices: Tensor | None = None,
+        grad: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        return self.scoring.distribution(
+            batch, prompts, model, top_k=top_k, indices=indices, grad=grad
+        )
+
+    def fit_auxiliary(
+        self,
+        batch: RolloutBatch,
+        row_loss: Any,
+        *,
+        lr_ratio: float,
+        grad_clip: float | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
+        return self.scoring.fit_auxiliary(batch, row_loss, lr_ratio=lr_ratio, grad_clip=grad_clip)
+
+    def decode(self, batch: RolloutBatch) -> list[str]:
+        return self.text.decode(batch)
+
+    def problems(self, batch: RolloutBatch) -> list:
+        return self._task_text().problems(batch)
+
+    def variant(
+        self, batch: RolloutBatch, kind: str, hints: Sequence[str] | None = None
+    ) -> list[str]:
+        return self._task_text().variant(batch, kind, hints)
+
+    def answer_texts(self, batch: RolloutBatch) -> list[str]:
+        return self._task_text().answer_texts(batch)
+
+    def _task_text(self) -> TaskText:
+        if self.task is None:
+            raise ValueError(
+                f"task: this method reads the task's prompts of each row ({PROBLEM_INDEX}); "
+                "give CreditGRPOTrainer task= and a training set with that column"
+            )
+        return self.text
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # Python's own protocol lookups (copy, pickle, hasattr)
+            raise AttributeError(name)
+        raise NotImplementedError(f"{name}: TRL's adapter does not offer it (nothing samples)")

@@ -23,6 +23,14 @@ generation limit, which verl does not hand to an estimator, so it is registered 
 ``register("creditbench_dapo", "dapo", max_new_tokens=20480)`` (``creditbench reproduce dapo
 --engine verl`` writes that line).
 
+A method whose credit reads the response token ids (TEMPO, KTAE) runs on verl's legacy
+trainer, ``trainer.use_v1=False``: verl hands a registered estimator only rewards, mask, groups
+and config, so the plugin wraps ``ray_trainer.compute_advantage`` (which that trainer calls on
+the whole batch, on the driver) and the estimator reads the batch's ``responses`` while it runs
+(:func:`pass_batches_to_estimators`). verl 0.9.1's default v1 trainer fetches a fixed list of
+fields for advantages, without them; the estimator stops there naming the setting. Those
+methods are registered only where verl's trainer module imports (with ray).
+
 What each side decides:
 
 - the estimator is the method's `CreditMethod.advantages` on verl's ``token_level_rewards``
@@ -43,6 +51,8 @@ rollout-correction weights are refused rather than ignored.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import sys
 from dataclasses import replace
 from typing import Any
@@ -54,6 +64,8 @@ from verl.trainer.ppo import core_algos
 
 from creditbench.harness.services.engines import (
     VERL,
+    VERL_LEGACY,
+    VERL_LEGACY_SETTINGS,
     VERL_MIXED_GROUPS_SETTINGS,
     engine_batch,
     engine_services,
@@ -103,10 +115,60 @@ def _check_filter(method: CreditMethod, config: Any) -> None:
         )
 
 
-def estimator(method: CreditMethod, max_new_tokens: int | None = None):
+# The batch verl's legacy trainer is computing advantages of, while it does (see
+# pass_batches_to_estimators): where a token-level estimator finds the response ids.
+_BATCH: contextvars.ContextVar[Any] = contextvars.ContextVar("creditbench_verl_batch", default=None)
+
+
+def pass_batches_to_estimators() -> bool:
+    """Wrap verl's ``ray_trainer.compute_advantage`` (the legacy trainer's, run on the driver)
+    so that an estimator called inside it can read the whole batch (:data:`_BATCH`); verl
+    hands a registered estimator only rewards, mask, ``uid`` and config. Idempotent; False
+    where verl's trainer module cannot be imported (no ray)."""
+    try:
+        from verl.trainer.ppo import ray_trainer
+    except ImportError:
+        return False
+    original = ray_trainer.compute_advantage
+    if getattr(original, "passes_the_batch", False):
+        return True
+
+    @functools.wraps(original)
+    def compute_advantage(data: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _BATCH.set(data)
+        try:
+            return original(data, *args, **kwargs)
+        finally:
+            _BATCH.reset(token)
+
+    compute_advantage.passes_the_batch = True  # type: ignore[attr-defined]
+    ray_trainer.compute_advantage = compute_advantage
+    return True
+
+
+def _response_ids(name: str, response_mask: Tensor) -> Tensor:
+    """The response ids of the batch being computed, from the legacy trainer's batch."""
+    data = _BATCH.get()
+    if data is None or "responses" not in data.batch.keys():
+        settings = " ".join(f"{key}={value}" for key, value in VERL_LEGACY_SETTINGS.items())
+        raise ValueError(
+            f"{name}: its credit reads the response token ids, which verl gives an estimator "
+            f"only in its legacy trainer through creditbench's plugin; set {settings}"
+        )
+    ids = data.batch["responses"]
+    if ids.shape != response_mask.shape:
+        raise ValueError(
+            f"{name}: responses {tuple(ids.shape)} against mask {tuple(response_mask.shape)}"
+        )
+    return ids
+
+
+def estimator(method: CreditMethod, max_new_tokens: int | None = None, *, reads_ids: bool = False):
     """verl's advantage-estimator signature around ``method``'s credit; ``max_new_tokens`` is
-    the run's generation limit, where the method reads it."""
+    the run's generation limit, where the method reads it; ``reads_ids``: the credit reads the
+    response token ids (the legacy trainer's, :func:`pass_batches_to_estimators`)."""
     services = engine_services(max_new_tokens)
+    name = f"{PREFIX}{method.name}"
 
     def compute(
         token_level_rewards: Tensor,
@@ -116,15 +178,17 @@ def estimator(method: CreditMethod, max_new_tokens: int | None = None):
         **_: Any,
     ) -> tuple[Tensor, Tensor]:
         if index is None:
-            raise ValueError(f"{PREFIX}{method.name}: the batch has no 'uid' groups")
+            raise ValueError(f"{name}: the batch has no 'uid' groups")
         _check_filter(method, config)
         rewards = (token_level_rewards * response_mask).sum(-1)
-        batch = engine_batch(rewards, response_mask, group_ids_of(index).to(rewards.device))
+        groups = group_ids_of(index).to(rewards.device)
+        ids = _response_ids(name, response_mask) if reads_ids else None
+        batch = engine_batch(rewards, response_mask, groups, response_ids=ids)
         advantages = method.advantages(batch, services).to(token_level_rewards.dtype)
         advantages = advantages * response_mask
         return advantages, advantages
 
-    compute.__name__ = f"{PREFIX}{method.name}_advantages"
+    compute.__name__ = f"{name}_advantages"
     return compute
 
 
@@ -184,23 +248,41 @@ def register(
     """Register ``method`` (a registered name with ``options`` for its Config, or an instance)
     as verl advantage estimator and policy loss ``name``; returns ``name``. ``max_new_tokens``:
     the run's ``data.max_response_length``, for a method that reads the generation limit
-    (DAPO). ``ValueError`` if the method cannot run inside verl, naming why."""
-    instance = method_for_engine(method, VERL, max_new_tokens, **options)
+    (DAPO). A method whose credit reads the response token ids runs on verl's legacy trainer
+    (`VERL_LEGACY_SETTINGS`). ``ValueError`` if the method cannot run inside verl, naming why."""
+    reads_ids = False
+    try:
+        instance = method_for_engine(method, VERL, max_new_tokens, **options)
+    except ValueError as err:
+        try:
+            instance = method_for_engine(method, VERL_LEGACY, max_new_tokens, **options)
+        except ValueError:
+            raise err from None
+        if not SHIM:
+            raise ValueError(
+                f"{err} (its legacy trainer passes them, but verl's trainer module "
+                "does not import here)"
+            ) from None
+        reads_ids = True
     spec = (type(instance), instance.config, max_new_tokens)
     if name in _SPECS:  # a module registering at import may be imported again
         if _SPECS[name] != spec:
             raise ValueError(f"{name}: already registered with {_SPECS[name][1]}")
         return name
-    core_algos.register_adv_est(name)(estimator(instance, max_new_tokens))
+    core_algos.register_adv_est(name)(estimator(instance, max_new_tokens, reads_ids=reads_ids))
     core_algos.register_policy_loss(name)(policy_loss(instance))
     _SPECS[name] = spec
     return name
 
 
 def register_all() -> list[str]:
-    """Register ``creditbench_<method>`` for every method that runs inside verl, with its
-    defaults; idempotent (a second call in one process registers nothing new)."""
-    return [register(f"{PREFIX}{method}", method) for method in supported_methods(VERL)]
+    """Register ``creditbench_<method>`` for every method that runs inside verl (the
+    token-level ones where the legacy trainer's shim is in place), with its defaults;
+    idempotent (a second call in one process registers nothing new)."""
+    names = set(supported_methods(VERL))
+    if SHIM:
+        names |= set(supported_methods(VERL_LEGACY))
+    return [register(f"{PREFIX}{method}", method) for method in sorted(names)]
 
 
 def _announce() -> list[str]:
@@ -220,4 +302,5 @@ def _announce() -> list[str]:
     return names
 
 
+SHIM = pass_batches_to_estimators()
 REGISTERED = _announce()

@@ -3,12 +3,15 @@ in verl's own registries, against verl's built-in ones on random batches (to 1e-
 
 These import verl itself, so they run in their own step of ``.ci/run`` (marker ``engines``),
 with verl installed without its dependencies into a folder of its own on ``PYTHONPATH`` (see
-``tests/verl_fixtures/make_verl_fixtures.py``). Only ``verl/protocol.py`` imports ray, so a stub
-module stands in for it.
+``tests/verl_fixtures/make_verl_fixtures.py``), beside ray and what verl's trainer module
+imports (CI installs them: the token-level estimators run inside verl's own
+``ray_trainer.compute_advantage``). Where ray is missing, a stub module stands in for it for
+the rest (only ``verl/protocol.py`` imports it) and the token-level tests are skipped.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from types import ModuleType
 from unittest.mock import MagicMock
@@ -19,7 +22,7 @@ import torch
 
 pytestmark = pytest.mark.engines
 
-if "ray" not in sys.modules:
+if importlib.util.find_spec("ray") is None and "ray" not in sys.modules:
     _ray = ModuleType("ray")
     _ray.__getattr__ = lambda name: MagicMock(name=f"ray.{name}")  # type: ignore[method-assign]
     sys.modules["ray"] = _ray
@@ -287,8 +290,56 @@ def test_rollout_correction_weights_are_refused_not_ignored():
 def test_a_method_that_needs_the_harness_is_refused_with_its_reason():
     with pytest.raises(ValueError, match="oracle.*cannot run inside verl: it is a reference"):
         adapter.register("creditbench_oracle", "oracle")
-    with pytest.raises(ValueError, match="tempo.*response token ids"):
-        adapter.register("creditbench_tempo", "tempo")
+    with pytest.raises(ValueError, match="otb.*cannot run inside verl.*behaviour log-probs"):
+        adapter.register("creditbench_otb", "otb")
+
+
+needs_verls_trainer = pytest.mark.skipif(
+    not adapter.SHIM, reason="verl's trainer module (ray) is not installed here"
+)
+
+
+@needs_verls_trainer
+@pytest.mark.parametrize("method", ["tempo", "ktae"])
+def test_a_token_level_method_runs_in_verls_own_compute_advantage(method):
+    """verl's legacy trainer computes advantages with ``ray_trainer.compute_advantage`` on the
+    whole batch; the plugin passes its response ids to the estimator, whose credit equals the
+    method's own on the same ids, rewards and groups."""
+    from tensordict import TensorDict
+    from verl import DataProto
+    from verl.trainer.ppo import ray_trainer
+
+    from creditbench.harness.services.engines import engine_batch
+    from creditbench.methods.registry import get_method
+
+    rewards, mask, labels = _batch(3, singletons=False)
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, 7, mask.shape, generator=gen) * mask.long()  # shared prefixes, too
+    ids[:, :2] = 1
+    data = DataProto(
+        batch=TensorDict(
+            {"responses": ids, "response_mask": mask, "token_level_rewards": rewards},
+            batch_size=[len(labels)],
+        ),
+        non_tensor_batch={"uid": labels},
+    )
+    out = ray_trainer.compute_advantage(
+        data, adv_estimator=f"creditbench_{method}", config=AlgoConfig()
+    )
+    groups = adapter.group_ids_of(labels)
+    batch = engine_batch((rewards * mask).sum(-1), mask, groups, response_ids=ids)
+    expected = get_method(method)().advantages(batch) * mask
+    torch.testing.assert_close(out.batch["advantages"], expected, **TOL)
+    shared = engine_batch((rewards * mask).sum(-1), mask, groups)  # the ids matter
+    assert not torch.allclose(get_method(method)().advantages(shared) * mask, expected)
+
+
+@needs_verls_trainer
+def test_a_token_level_estimator_outside_the_legacy_trainer_names_the_setting():
+    """verl's v1 trainer calls the estimator without the batch: it says what to set."""
+    rewards, mask, labels = _batch(0, singletons=False)
+    with pytest.raises(ValueError, match="creditbench_tempo.*token ids.*trainer.use_v1=False"):
+        _estimate("creditbench_tempo", rewards, mask, labels)
 
 
 def test_uid_labels_become_group_ids_by_first_appearance():
@@ -368,10 +419,10 @@ def verl_checks(overrides: list[str]):
     return config
 
 
-@pytest.mark.parametrize("card", ["drgrpo", "dapo"])
+@pytest.mark.parametrize("card", ["drgrpo", "dapo", "tempo"])
 def test_every_run_of_a_reproduce_launch_passes_verls_own_config_checks(card, tmp_path):
-    import importlib.util
-
+    if card == "tempo" and not adapter.SHIM:
+        pytest.skip("its plan registers a token-level estimator: verl's trainer module (ray)")
     from creditbench.harness.cli.main import main
 
     args = ["reproduce", card, "--scale", "paper", "--task", "math", "--steps", "16"]
@@ -386,7 +437,11 @@ def test_every_run_of_a_reproduce_launch_passes_verls_own_config_checks(card, tm
         assert config.actor_rollout_ref.actor.use_dynamic_bsz
         # every MATH prompt fits: no prompt is cut or stops the run
         assert config.data.max_prompt_length >= 4381 and config.data.truncation == "error"
-        assert config.trainer.n_gpus_per_node * config.trainer.nnodes == 8  # the card's GPUs
+        gpus = config.trainer.n_gpus_per_node * config.trainer.nnodes
+        assert gpus == {"drgrpo": 8, "dapo": 8, "tempo": 4}[card]  # the card's GPUs
+        # a token-level row runs on the legacy trainer, whose compute_advantage has the ids
+        token_level = config.algorithm.adv_estimator == "creditbench_tempo_tempo"
+        assert config.trainer.use_v1 is (not token_level)
     if card == "dapo":  # the paper's warm-up and evaluation top-p, and verl's filter batches
         assert config.actor_rollout_ref.actor.optim.lr_warmup_steps == 20
         assert config.actor_rollout_ref.rollout.val_kwargs.top_p == 0.7

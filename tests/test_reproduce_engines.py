@@ -80,11 +80,11 @@ def test_the_data_and_the_reward_function_are_the_tasks(drgrpo):
 def test_a_card_whose_own_method_cannot_run_in_verl_is_refused_with_nothing_written(
     tmp_path, capsys
 ):
-    """A launch of TEMPO's card without TEMPO would run its GRPO baseline alone."""
-    assert _reproduce(tmp_path, "tempo") == 2
+    """A launch of SCAPO's card without SCAPO would run its GRPO baseline alone."""
+    assert _reproduce(tmp_path, "scapo") == 2
     err = capsys.readouterr().err
     assert "--engine verl: the method the card proposes cannot run on verl" in err
-    assert "tempo: its credit reads the response token ids" in err and "--engine builtin" in err
+    assert "scapo: its credit reads the behaviour log-probs" in err and "--engine builtin" in err
     assert not (tmp_path / "verl").exists()
 
 

@@ -15,7 +15,9 @@ A row whose method cannot run inside verl is left out, with the reason
 (`creditbench.harness.services.engines`). A row whose method's rollout keeps only mixed groups
 (DAPO's dynamic sampling) runs on verl's own filter
 (`creditbench.harness.services.engines.VERL_MIXED_GROUPS_SETTINGS`), and the launch notes where
-verl's filter differs from the method's. Nothing is run: verl runs on the cluster, not here.
+verl's filter differs from the method's. A row whose credit reads the response token ids
+(TEMPO, KTAE) runs on verl's legacy trainer (``VERL_LEGACY_SETTINGS``), whose batch the plugin
+passes to the estimator. Nothing is run: verl runs on the cluster, not here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 
 from creditbench.harness.services.engines import (
     VERL,
+    VERL_LEGACY,
+    VERL_LEGACY_SETTINGS,
     VERL_MIXED_GROUPS_SETTINGS,
     unsupported_reason,
 )
@@ -222,6 +226,8 @@ def verl_overrides(
     if kept is not None and kept.keep == MIXED_GROUPS:
         values.update(VERL_MIXED_GROUPS_SETTINGS)
         values["data.gen_batch_size"] = GENERATION_BATCHES * prompts
+    if unsupported_reason(method, VERL, config.rollout.max_new_tokens) is not None:
+        values.update(VERL_LEGACY_SETTINGS)  # its credit reads the response ids (see VERL_LEGACY)
     return [f"{key}={_value(value)}" for key, value in values.items()]
 
 
@@ -319,8 +325,9 @@ def write_verl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: P
     rows: dict[str, tuple[str, dict[str, Any]]] = {}
     for run, config in zip(runs, configs, strict=True):
         method = get_method(run.method)(**plan.option_values(run.entry))
-        reason = unsupported_reason(method, VERL, config.rollout.max_new_tokens)
-        if reason is not None:
+        limit = config.rollout.max_new_tokens
+        reason = unsupported_reason(method, VERL, limit)
+        if reason is not None and unsupported_reason(method, VERL_LEGACY, limit) is not None:
             launch.left_out[run.entry] = reason
             continue
         options = {"max_new_tokens": config.rollout.max_new_tokens}

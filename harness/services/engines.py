@@ -58,6 +58,12 @@ class Engine:
 # verl 0.9: token_level_rewards, response_mask and uid; its v1 trainer's algorithm.filter_groups
 # keeps the groups whose rewards are not all equal (DAPO's dynamic sampling)
 VERL = Engine("verl", filters=frozenset({MIXED_GROUPS}))
+# verl 0.9.1's legacy trainer (trainer.use_v1=False, main_ppo_v0), whose compute_advantage
+# holds the whole batch: creditbench's plugin passes an estimator its response ids through it
+# (integrations/verl.py); the v1 trainer fetches a fixed list of fields for advantages
+# (trainer_base._compute_advantage), without them. The legacy trainer has no group filter.
+VERL_LEGACY = Engine("verl's legacy trainer", gives=frozenset({TOKEN_IDS}))
+VERL_LEGACY_SETTINGS = {"trainer.use_v1": False}
 # the verl 0.9.1 settings that switch that filter on (trainer/ppo/v1/trainer_base.py,
 # replay_buffer.py): the v1 trainer drops the groups whose summed reward (before a method's
 # shaping: the task's correctness) has zero spread and samples more prompts until the batch is full

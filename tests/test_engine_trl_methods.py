@@ -195,3 +195,49 @@ def test_a_method_that_reads_the_tasks_prompts_needs_the_task(testbed, tmp_path)
             train_dataset=dataset,
             processing_class=tokenizer,
         )
+
+
+# a chat template written in the testbed's alphabet: the prompt, then a blank line to answer
+CHAT = (
+    "{% for m in messages %}{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}\n\n{% endif %}"
+)
+
+
+def test_one_prompt_format_across_the_builtin_trainer_trl_and_verl(testbed, tmp_path):
+    """With a chat template, the builtin trainer, the TRL launch's conversational prompts and
+    the verl launch's chat prompts render a task's prompt to the same tokens, so the credit of
+    a method that scores the prompt (OTB's behaviour log-probs) agrees through TRL."""
+    from creditbench.harness.reproduce.trl_launch import TRAIN
+    from creditbench.harness.sampling.rollout import chat_turn, encode, encode_prompts
+
+    policy, tokenizer, task, _, grade = testbed
+    chat = copy.deepcopy(tokenizer)
+    chat.chat_template = CHAT
+    prompt = task.problems("train")[0].prompt
+    rendered = encode_prompts(chat, [prompt])[0]
+    assert rendered[: len(encode(tokenizer, [prompt])[0])] == encode(tokenizer, [prompt])[0]
+    assert len(rendered) > len(encode(tokenizer, [prompt])[0])  # the template's own tokens
+    assert "chat_turn(p.prompt) if chat else p.prompt" in TRAIN  # the TRL launch's rows
+    problems = task.problems("train")[:32]
+    rows = [{"prompt": chat_turn(p.prompt), PROBLEM_COLUMN: i} for i, p in enumerate(problems)]
+
+    def reward(prompts, completions, problem_index, **kw):  # TRL: messages in, messages out
+        return grade(prompts, [c[-1]["content"] for c in completions], problem_index, **kw)
+
+    trainer, batch, advantages = _one_trl_step(
+        (policy, chat, task, Dataset.from_list(rows), reward), tmp_path, "otb"
+    )
+    assert trainer._tokenize_prompts([chat_turn(prompt)])[0][0] == rendered  # TRL's own
+    first = batch.prompt_ids[0][batch.prompt_mask[0] > 0].tolist()
+    assert first == encode_prompts(chat, [problems[int(batch.extra("problem_index")[0])].prompt])[0]
+    instance, builtin, services = _builtin_batch(
+        (policy, chat, task, None, None), batch, get_method("otb"), trainer.args
+    )
+    width = batch.response_mask.shape[1]
+    torch.testing.assert_close(
+        builtin.old_logprobs[:, :width], batch.old_logprobs, atol=1e-5, rtol=1e-5
+    )
+    torch.testing.assert_close(
+        instance.advantages(builtin, services)[:, :width], advantages, atol=1e-5, rtol=1e-5
+    )

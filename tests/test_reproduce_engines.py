@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from creditbench.harness.cli.main import main
+from creditbench.harness.sampling.rollout import chat_turn
 from creditbench.harness.tasks import get_task
 
 
@@ -64,6 +65,7 @@ def test_the_data_and_the_reward_function_are_the_tasks(drgrpo):
     assert len(frame) == len(problems)
     row = frame.iloc[3]
     assert row["prompt"][0]["content"] == problems[3].prompt
+    assert [dict(turn) for turn in row["prompt"]] == chat_turn(problems[3].prompt)  # every engine's
     assert row["reward_model"]["ground_truth"] == problems[3].answer
     spec = importlib.util.spec_from_file_location("reward", drgrpo / "reward.py")
     reward = importlib.util.module_from_spec(spec)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from creditbench.harness.sampling.rollout import chat_turn
 from creditbench.harness.services.engines import (
     VERL,
     VERL_LEGACY,
@@ -251,7 +252,7 @@ def _write_data(plan: Plan, task: Any, folder: Path) -> list[Path]:
         rows = [
             {
                 "data_source": f"creditbench/{plan.task}",
-                "prompt": [{"role": "user", "content": problem.prompt}],
+                "prompt": chat_turn(problem.prompt),  # the prompt format of every engine
                 "ability": "math",
                 "reward_model": {"style": "rule", "ground_truth": problem.answer},
                 "extra_info": {"split": split, "index": index},

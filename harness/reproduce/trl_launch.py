@@ -137,8 +137,10 @@ from pathlib import Path
 
 from accelerate import PartialState
 from datasets import Dataset
+from transformers import AutoTokenizer
 from trl import GRPOConfig
 
+from creditbench.harness.sampling.rollout import chat_turn, has_chat_template
 from creditbench.harness.tasks import get_task
 from creditbench.integrations.trl import CreditGRPOTrainer
 
@@ -153,12 +155,19 @@ run = PLAN["runs"][args.run]
 
 task = get_task(PLAN["task"], **PLAN["task_options"])
 problems = task.problems("train")
-rows = [{"prompt": p.prompt, "problem_index": i} for i, p in enumerate(problems)]
+# the prompt format of every engine: one user turn under the model's chat template, if it has one
+tokenizer = AutoTokenizer.from_pretrained(args.model)
+chat = has_chat_template(tokenizer)
+rows = [
+    {"prompt": chat_turn(p.prompt) if chat else p.prompt, "problem_index": i}
+    for i, p in enumerate(problems)
+]
 dataset = Dataset.from_list(rows)
 
 
 def reward(prompts, completions, problem_index, **_):
-    return [task.grade(problems[i], text).reward for i, text in zip(problem_index, completions)]
+    texts = [c[-1]["content"] if chat else c for c in completions]  # TRL: messages in, out
+    return [task.grade(problems[i], text).reward for i, text in zip(problem_index, texts)]
 
 
 # one generation of `completions`, trained in `minibatches` optimizer steps, each made of
@@ -175,6 +184,7 @@ trainer = CreditGRPOTrainer(
     method_options=run["options"],
     task=task,
     model=args.model,
+    processing_class=tokenizer,
     reward_funcs=[reward],
     args=GRPOConfig(
         output_dir=str(HERE / "checkpoints" / args.run),

@@ -41,7 +41,7 @@ from creditbench.harness.sampling.rollout import (
     autocast_for,
     cut_at_eos,
     derive_seed,
-    encode,
+    encode_prompts,
     pad_layout,
     seeded,
 )
@@ -200,8 +200,8 @@ class DriftSampler:
         if any(len(texts) != len(prompts) for texts in self.rewrites):
             raise ValueError(f"prompts: expected {len(self.rewrites[0])}, got {len(prompts)}")
         pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
-        prompt_tokens = encode(tokenizer, prompts)
-        rewrite_tokens = [encode(tokenizer, texts) for texts in self.rewrites]
+        prompt_tokens = encode_prompts(tokenizer, prompts)
+        rewrite_tokens = [encode_prompts(tokenizer, texts) for texts in self.rewrites]
         device = next(model.parameters()).device
         per_call = batch_size or max(len(prompts), 1)
         rows_prompt, rows_response, rows_truncated = [], [], []

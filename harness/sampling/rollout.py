@@ -119,6 +119,34 @@ def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
 
 
+def chat_turn(prompt: str) -> list[dict[str, str]]:
+    """A prompt as the one user turn of a conversation: how the verl and TRL launches hand a
+    task's prompt to an engine that renders it with the model's chat template."""
+    return [{"role": "user", "content": prompt}]
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether prompts for this tokenizer's model are rendered with a chat template."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each prompt in the one format every engine uses: with a tokenizer that has
+    a chat template, the prompt as one user turn (:func:`chat_turn`) rendered with the
+    template's generation prompt, as verl's agent loop and TRL's conversational prompts render
+    it; otherwise the text itself without special tokens (:func:`encode`; the testbed)."""
+    if not has_chat_template(tokenizer):
+        return encode(tokenizer, prompts)
+    return [
+        list(
+            tokenizer.apply_chat_template(
+                chat_turn(prompt), add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+        )
+        for prompt in prompts
+    ]
+
+
 def sequence_lengths(response_ids: Tensor, eos_id: int, pad_id: int) -> Tensor:
     """``[B]`` real tokens of each response: through the first EOS, else every non-pad token."""
     is_eos = response_ids == eos_id
@@ -233,7 +261,7 @@ def sample_responses(
     pad_id = tokenizer.pad_token_id
     eos_id = tokenizer.eos_token_id
     lean_engine = use_lean(model, engine)
-    prompt_tokens = encode(tokenizer, prompts)
+    prompt_tokens = encode_prompts(tokenizer, prompts)
     prefix_tokens = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in prompts]
     device = next(model.parameters()).device
     per_call = batch_size or max(len(prompts), 1)
@@ -390,7 +418,7 @@ class VLLMBackend:
     ) -> Samples:
         """Same contract as :func:`sample_responses`."""
         tokenizer = self.tokenizer
-        prompt_tokens = encode(tokenizer, prompts)
+        prompt_tokens = encode_prompts(tokenizer, prompts)
         prefix_tokens = (
             [list(p) for p in prefixes] if prefixes is not None else [[] for _ in prompts]
         )

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from creditbench.harness.sampling.rollout import encode, pad_layout, sequence_lengths
+from creditbench.harness.sampling.rollout import encode_prompts, pad_layout, sequence_lengths
 from creditbench.harness.scoring.forward import response_logits, score_responses
 from creditbench.harness.scoring.scorers import Scorers
 from creditbench.methods.core import RolloutBatch
@@ -54,7 +54,7 @@ class ScoringPasses:
             return batch.prompt_ids, batch.prompt_mask
         if len(prompts) != batch.size:
             raise ValueError(f"prompts: need one per row ({batch.size}), got {len(prompts)}")
-        tokens = encode(self.tokenizer, prompts)
+        tokens = encode_prompts(self.tokenizer, prompts)
         prompt_ids, prompt_mask, _, _ = pad_layout(
             tokens, [[] for _ in tokens], self.tokenizer.pad_token_id
         )

@@ -16,7 +16,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from creditbench.harness.sampling.rollout import Samples, assemble_samples, cut_at_eos, encode
+from creditbench.harness.sampling.rollout import (
+    Samples,
+    assemble_samples,
+    cut_at_eos,
+    encode,
+    encode_prompts,
+)
 from creditbench.harness.scoring.passes import ScoringPasses
 from creditbench.methods.contract import PROBLEM_INDEX, STEP_TRUTH_KEYS
 from creditbench.methods.core import RolloutBatch
@@ -156,7 +162,9 @@ class GradedBatches:
                 f"(got {len(responses)} for {index.numel()})"
             )
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        prompts = encode(self.tokenizer, [self.train_problems[i].prompt for i in index.tolist()])
+        prompts = encode_prompts(
+            self.tokenizer, [self.train_problems[i].prompt for i in index.tolist()]
+        )
         rows, truncated = [], []
         for response in responses:
             if isinstance(response, str):

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from creditbench.harness.sampling.rollout import assemble_samples, encode
+from creditbench.harness.sampling.rollout import assemble_samples, encode, encode_prompts
 from creditbench.harness.scoring.passes import ScoringPasses
 from creditbench.harness.services.text import TaskText
 from creditbench.harness.tasks.steps import token_char_offsets
@@ -37,7 +37,7 @@ def _score_texts(
     rows = [[*tokens, eos] for tokens in encode(tokenizer, texts)]
     samples = assemble_samples(
         tokenizer,
-        encode(tokenizer, prompts),
+        encode_prompts(tokenizer, prompts),
         rows,
         [False] * len(rows),
         [0] * len(rows),

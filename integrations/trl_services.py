@@ -18,18 +18,17 @@ not listed raises NotImplementedError naming it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from creditbench.harness.budget import BudgetMeter
 from creditbench.harness.scoring.auxiliary import PolicyOptimizer
 from creditbench.harness.scoring.passes import ScoringPasses
 from creditbench.harness.scoring.scorers import Scorers
+from creditbench.harness.services.model_services import ModelServices
 from creditbench.harness.services.text import TaskText
-from creditbench.methods.contract import PROBLEM_INDEX
 from creditbench.methods.core import RolloutBatch
 
 
@@ -49,7 +48,7 @@ def adamw_like_trl(args: Any) -> PolicyOptimizer:
     )
 
 
-class TRLServices:
+class TRLServices(ModelServices):
     """The services of one `CreditGRPOTrainer` run.
 
     Args:
@@ -109,64 +108,7 @@ class TRLServices:
         else:
             batch.old_logprobs = self.scoring.score(batch)
 
-    # --- the Services contract (methods.contract.Services) -------------------------------------
-
-    def generator(self, stream: int) -> torch.Generator:
-        return torch.Generator().manual_seed(self.seed * stream + self.step)
-
-    def report(self, stats: Mapping[str, float]) -> None:
-        self.stats.update({key: float(value) for key, value in stats.items()})
-
-    def score(
-        self, batch: RolloutBatch, prompts: Sequence[str] | None = None, model: str = "policy"
-    ) -> Tensor:
-        return self.scoring.score(batch, prompts, model)
-
-    def distribution(
-        self,
-        batch: RolloutBatch,
-        prompts: Sequence[str] | None = None,
-        model: str = "policy",
-        *,
-        top_k: int | None = None,
-        indices: Tensor | None = None,
-        grad: bool = False,
-    ) -> tuple[Tensor, Tensor]:
-        return self.scoring.distribution(
-            batch, prompts, model, top_k=top_k, indices=indices, grad=grad
-        )
-
-    def fit_auxiliary(
-        self,
-        batch: RolloutBatch,
-        row_loss: Any,
-        *,
-        lr_ratio: float,
-        grad_clip: float | None = None,
-    ) -> tuple[Tensor, dict[str, float]]:
-        return self.scoring.fit_auxiliary(batch, row_loss, lr_ratio=lr_ratio, grad_clip=grad_clip)
-
-    def decode(self, batch: RolloutBatch) -> list[str]:
-        return self.text.decode(batch)
-
-    def problems(self, batch: RolloutBatch) -> list:
-        return self._task_text().problems(batch)
-
-    def variant(
-        self, batch: RolloutBatch, kind: str, hints: Sequence[str] | None = None
-    ) -> list[str]:
-        return self._task_text().variant(batch, kind, hints)
-
-    def answer_texts(self, batch: RolloutBatch) -> list[str]:
-        return self._task_text().answer_texts(batch)
-
-    def _task_text(self) -> TaskText:
-        if self.task is None:
-            raise ValueError(
-                f"task: this method reads the task's prompts of each row ({PROBLEM_INDEX}); "
-                "give CreditGRPOTrainer task= and a training set with that column"
-            )
-        return self.text
+    # --- the rest of the Services contract: ModelServices; nothing samples ---------------------
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # Python's own protocol lookups (copy, pickle, hasattr)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from creditbench.harness.sampling.rollout import derive_seed, encode, sample_res
 from creditbench.harness.scoring.passes import ScoringPasses
 from creditbench.harness.scoring.scorers import Scorers
 from creditbench.harness.services.batches import GradedBatches
+from creditbench.harness.services.model_services import ModelServices
 from creditbench.harness.services.prompts import PromptSchedule
 from creditbench.harness.services.task_values import task_state_values
 from creditbench.harness.services.text import TaskText
@@ -40,7 +41,7 @@ from creditbench.methods.core import RolloutBatch
 MAX_ROWS_PER_CALL = 8192
 
 
-class HarnessServices:
+class HarnessServices(ModelServices):
     """The services of one run (the :class:`~creditbench.methods.contract.Services` contract).
 
     Args:
@@ -149,14 +150,6 @@ class HarnessServices:
             )
         with self.meter.as_reference():
             yield
-
-    def generator(self, stream: int) -> torch.Generator:
-        """A CPU generator seeded ``seed * stream + step`` (see ``Services.generator``)."""
-        return torch.Generator().manual_seed(self.seed * stream + self.step)
-
-    def report(self, stats: Mapping[str, float]) -> None:
-        """Statistics for this step's metrics record (see ``Services.report``)."""
-        self.stats.update({key: float(value) for key, value in stats.items()})
 
     def on_policy_updated(self) -> None:
         """Called by the trainer once a step, after the step's last optimizer step: pushes the
@@ -291,59 +284,13 @@ class HarnessServices:
         :meth:`.batches.GradedBatches.from_responses`."""
         return self.batches.from_responses(problem_index, responses)
 
-    # --- scoring (:class:`~creditbench.harness.scoring.passes.ScoringPasses`) ------------------
-
-    def score(
-        self, batch: RolloutBatch, prompts: Sequence[str] | None = None, model: str = "policy"
-    ) -> Tensor:
-        """Teacher-forced log-probs ``[B, T]``, charged as a forward of ``model``."""
-        return self.scoring.score(batch, prompts, model)
-
-    def distribution(
-        self,
-        batch: RolloutBatch,
-        prompts: Sequence[str] | None = None,
-        model: str = "policy",
-        *,
-        top_k: int | None = None,
-        indices: Tensor | None = None,
-        grad: bool = False,
-    ) -> tuple[Tensor, Tensor]:
-        """Next-token log-probs ``[B, T, K]`` at chosen entries, and the entries."""
-        return self.scoring.distribution(
-            batch, prompts, model, top_k=top_k, indices=indices, grad=grad
-        )
-
-    def fit_auxiliary(
-        self,
-        batch: RolloutBatch,
-        row_loss: Any,
-        *,
-        lr_ratio: float,
-        grad_clip: float | None = None,
-    ) -> tuple[Tensor, dict[str, float]]:
-        """One step of the trainable auxiliary model (see :meth:`ScoringPasses.fit_auxiliary`)."""
-        return self.scoring.fit_auxiliary(batch, row_loss, lr_ratio=lr_ratio, grad_clip=grad_clip)
+    # --- scoring and text: :class:`.model_services.ModelServices`, besides these ---------------
 
     def track_ema(self, rate: float) -> None:
         """Keep an exponential moving average of the policy, scored as ``model="ema"``."""
         self.scoring.track_ema(rate)
 
     # --- text and the task (:class:`.text.TaskText`; no model runs) ---------------------------
-
-    def problems(self, batch: RolloutBatch) -> list:
-        return self.text.problems(batch)
-
-    def decode(self, batch: RolloutBatch) -> list[str]:
-        return self.text.decode(batch)
-
-    def variant(
-        self, batch: RolloutBatch, kind: str, hints: Sequence[str] | None = None
-    ) -> list[str]:
-        return self.text.variant(batch, kind, hints)
-
-    def answer_texts(self, batch: RolloutBatch) -> list[str]:
-        return self.text.answer_texts(batch)
 
     def task_repair(self, batch: RolloutBatch) -> list[str]:
         return self.text.task_repair(batch)

@@ -27,8 +27,16 @@ class TaskText:
         tok = self.tokenizer
         return sequence_lengths(batch.response_ids, tok.eos_token_id, tok.pad_token_id)
 
+    def _require_task(self) -> None:
+        if self.task is None:  # an engine's services without a creditbench task
+            raise ValueError(
+                f"task: the rows' problems ({PROBLEM_INDEX}) need the creditbench task the "
+                "training set comes from (CreditGRPOTrainer's task=)"
+            )
+
     def problems(self, batch: RolloutBatch) -> list:
         """The :class:`Problem` of every row."""
+        self._require_task()
         return [self.train_problems[i] for i in batch.extra(PROBLEM_INDEX).tolist()]
 
     def decode(self, batch: RolloutBatch) -> list[str]:
@@ -72,6 +80,7 @@ class TaskText:
         ``localize`` and ``repair`` are built around the row's response; ``solver`` needs
         ``hints``, one per row.
         """
+        self._require_task()
         if not hasattr(self.task, "variant"):
             raise ValueError(f"task {self.task.name!r} has no prompt variants (asked for {kind!r})")
         texts = self.decode(batch) if kind in NEEDS_RESPONSE else None
@@ -88,6 +97,7 @@ class TaskText:
     def answer_texts(self, batch: RolloutBatch) -> list[str]:
         """The reference answer of every row as the task's responses state it
         (``answer_text``). Runs no model, costs nothing."""
+        self._require_task()
         if not hasattr(self.task, "answer_text"):
             raise ValueError(f"task {self.task.name!r} has no answer format (answer_text)")
         return [self.task.answer_text(problem) for problem in self.problems(batch)]
@@ -96,6 +106,7 @@ class TaskText:
         """The task's scripted minimal repair of every row's response (on the chain task: the
         first wrong step fixed and every later value recomputed). Runs no model, costs nothing.
         """
+        self._require_task()
         if not hasattr(self.task, "repair_solution"):
             raise ValueError(f"task {self.task.name!r} has no scripted repair (repair_solution)")
         texts = self.decode(batch)

@@ -61,9 +61,8 @@ from creditbench.methods.core import RolloutBatch, concat_batches, rows_of_mixed
 
 from .trl_services import TRLServices, adamw_like_trl
 
-PROBLEM_COLUMN = (
-    "problem_index"  # the training set's column: a row's index in task.problems("train")
-)
+# the training set's column that gives a row's index in task.problems("train")
+PROBLEM_COLUMN = "problem_index"
 
 
 class CreditGRPOTrainer(GRPOTrainer):

@@ -126,13 +126,13 @@ def _load_plugins() -> None:
     """Register the methods of every ``creditbench.methods`` entry point, recording each one's
     distribution as its origin."""
     for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        origin = Origin("plugin", _distribution_of(entry_point))
+        origin = Origin("plugin", distribution_of(entry_point))
         for name in _register_plugin(entry_point, origin):
             if _ORIGINS[name].kind != "builtin":  # an entry point naming a built-in leaves it one
                 _ORIGINS[name] = origin
 
 
-def _distribution_of(entry_point: metadata.EntryPoint) -> str:
+def distribution_of(entry_point: metadata.EntryPoint) -> str:
     """``name version`` of the distribution that declares ``entry_point``."""
     dist = entry_point.dist
     return f"{dist.name} {dist.version}" if dist is not None else "(unknown distribution)"
@@ -154,7 +154,7 @@ def _register_plugin(entry_point: metadata.EntryPoint, origin: Origin) -> list[s
     except DuplicateMethodError as err:
         raise refuse(f"refused, it registers a name that is taken: {err}") from err
     except Exception as err:  # whatever the plugin's own code raised while it was imported
-        raise refuse(f"importing it raised {_describe(err)}") from err
+        raise refuse(f"importing it raised {describe_error(err)}") from err
 
     if isinstance(loaded, ModuleType):
         module = loaded.__name__
@@ -184,7 +184,7 @@ def _register_plugin(entry_point: metadata.EntryPoint, origin: Origin) -> list[s
     return [entry_point.name]
 
 
-def _describe(err: BaseException) -> str:
+def describe_error(err: BaseException) -> str:
     """``Type: message, at file:line``, the line being the innermost one outside the import
     machinery and this file: for a mistake in the plugin, the plugin's own line."""
     machinery = (str(Path(importlib.__file__).parent), __file__)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from creditbench.harness.training.value_check import (
+from creditbench.harness.tools.value_check import (
     QUANTILES,
     read_records,
     summarize,

@@ -178,3 +178,36 @@ def test_every_folder_with_code_is_listed_as_a_package_so_a_wheel_ships_it():
     )
     assert packages_on_disk() - listed == set()
     assert listed - packages_on_disk() == set()
+
+
+# the parts of harness/ that may import its tools: the CLI verbs they back, and each other
+USES_TOOLS = {"cli", "tools"}
+
+
+def tool_imports_from_the_core() -> list[str]:
+    """Imports of ``harness/tools/`` from any other part of the project."""
+    out = []
+    for room in ROOMS:
+        for path in source_files(room):
+            parts = module_name(path)
+            if room == "harness" and len(parts) >= 2 and parts[1] in USES_TOOLS:
+                continue
+            for line, name in imports_of(path):
+                if name[:2] == ["harness", "tools"]:
+                    rel = path.relative_to(ROOT).as_posix()
+                    out.append(f"{rel}:{line}: imports a tool ({'.'.join(name)})")
+    return out
+
+
+def test_no_module_of_the_core_imports_a_tool():
+    assert tool_imports_from_the_core() == []
+
+
+def test_the_tool_rule_would_catch_a_core_module_importing_a_tool(tmp_path, monkeypatch):
+    (tmp_path / "harness" / "training").mkdir(parents=True)
+    planted = tmp_path / "harness" / "training" / "planted.py"
+    planted.write_text("from creditbench.harness.tools.perf import run_perf\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert tool_imports_from_the_core() == [
+        "harness/training/planted.py:1: imports a tool (harness.tools.perf)"
+    ]

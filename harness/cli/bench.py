@@ -45,7 +45,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _cmd_perf(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.training.perf import run_perf
+    from creditbench.harness.tools.perf import run_perf
     from creditbench.methods.registry import list_methods
 
     if args.repeats < 1:
@@ -70,7 +70,7 @@ def _cmd_perf(args: argparse.Namespace) -> int:
 
 def _cmd_gradients(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.training.gradients import run_gradients
+    from creditbench.harness.tools.gradients import run_gradients
     from creditbench.methods.registry import list_methods
 
     if args.batches < 2:
@@ -93,7 +93,7 @@ def _cmd_gradients(args: argparse.Namespace) -> int:
 
 def _cmd_values(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.training.value_check import run_value_check
+    from creditbench.harness.tools.value_check import run_value_check
 
     for flag, value, least in (("--batches", args.batches, 1), ("--states", args.states, 1),
                                ("--samples", args.samples, 2)):  # fmt: skip

@@ -85,7 +85,7 @@ def _explain_run(args: argparse.Namespace) -> int:
 
 def _explain_methods(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError, load_config
-    from creditbench.harness.training.explain import explain_methods
+    from creditbench.harness.tools.explain import explain_methods
     from creditbench.leaderboard.explain import side_by_side
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]

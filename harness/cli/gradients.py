@@ -1,0 +1,57 @@
+"""``creditbench gradients``: each method's gradient at a fixed policy (norm, consistency,
+agreement with a reference's mean gradient).
+
+creditbench gradients --methods grpo oracle --batches 12
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from creditbench.harness.cli.common import (
+    add_set_option,
+    positive_int,
+    quiet_transformers,
+    set_threads,
+    usage_error,
+)
+
+
+def _cmd_gradients(args: argparse.Namespace) -> int:
+    from creditbench.harness.config import ConfigError
+    from creditbench.harness.tools.gradients import run_gradients
+    from creditbench.methods.registry import list_methods
+
+    if args.batches < 2:
+        return usage_error("gradients", f"--batches: must be >= 2 (got {args.batches})")
+    known = list_methods()
+    for flag, names in (("--methods", args.methods), ("--reference", [args.reference])):
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            listed = ", ".join(known)
+            message = f"{flag}: unknown method {unknown[0]!r}; known: {listed}"
+            return usage_error("gradients", message)
+    methods = list(dict.fromkeys([*args.methods, args.reference]))
+    set_threads(args.threads)
+    quiet_transformers()
+    try:
+        return run_gradients(args.config, args.overrides, methods, args.batches, args.reference)
+    except ConfigError as err:
+        return usage_error("gradients", str(err))
+
+
+def add_gradients_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "gradients",
+        help="each method's policy gradient at the starting policy: norm, batch-to-batch "
+        "consistency, agreement with the reference's mean gradient",
+    )
+    p.add_argument("--config", help="a YAML run config (default: the defaults)")
+    add_set_option(p)
+    p.add_argument("--methods", nargs="+", default=["grpo"], help="methods (default: grpo)")
+    p.add_argument(
+        "--reference", default="oracle", help="whose mean gradient to agree with (default oracle)"
+    )
+    p.add_argument("--batches", type=positive_int, default=12, help="batches (default 12)")
+    p.add_argument("--threads", type=positive_int)
+    p.set_defaults(func=_cmd_gradients)

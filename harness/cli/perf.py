@@ -1,0 +1,56 @@
+"""``creditbench perf``: where a step's time goes, by phase, against a plain loop and TRL's step.
+
+creditbench perf
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from creditbench.harness.cli.common import (
+    add_set_option,
+    positive_int,
+    quiet_transformers,
+    set_threads,
+    usage_error,
+)
+
+
+def _cmd_perf(args: argparse.Namespace) -> int:
+    from creditbench.harness.config import ConfigError
+    from creditbench.harness.tools.perf import run_perf
+    from creditbench.methods.registry import list_methods
+
+    if args.repeats < 1:
+        return usage_error("perf", f"--repeats: must be >= 1 (got {args.repeats})")
+    unknown = sorted(set(args.methods or ()) - set(list_methods()))
+    if unknown:
+        known = ", ".join(list_methods())
+        return usage_error("perf", f"--methods: unknown method {unknown[0]!r}; known: {known}")
+    set_threads(args.threads)
+    quiet_transformers()
+    try:
+        return run_perf(
+            args.config,
+            args.overrides,
+            repeats=args.repeats,
+            methods=args.methods,
+            compare_trl=not args.no_trl,
+        )
+    except ConfigError as err:
+        return usage_error("perf", str(err))
+
+
+def add_perf_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "perf", help="time a step by phase: fast and reference paths, a plain loop, TRL"
+    )
+    p.add_argument("--config", help="a YAML run config (default: the defaults)")
+    add_set_option(p)
+    p.add_argument("--repeats", type=positive_int, default=3, help="steps per median (default 3)")
+    p.add_argument(
+        "--methods", nargs="*", help="methods to time one step of (default: all; none: skip)"
+    )
+    p.add_argument("--no-trl", action="store_true", help="skip the TRL GRPOTrainer step")
+    p.add_argument("--threads", type=positive_int)
+    p.set_defaults(func=_cmd_perf)

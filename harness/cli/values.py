@@ -1,0 +1,79 @@
+"""``creditbench values``: the task's own state values against Monte Carlo.
+
+creditbench values --batches 2 --states 120
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from creditbench.harness.cli.common import (
+    add_set_option,
+    positive_int,
+    quiet_transformers,
+    set_threads,
+    usage_error,
+)
+
+
+def _cmd_values(args: argparse.Namespace) -> int:
+    from creditbench.harness.config import ConfigError
+    from creditbench.harness.tools.value_check import run_value_check
+
+    for flag, value, least in (("--batches", args.batches, 1), ("--states", args.states, 1),
+                               ("--samples", args.samples, 2)):  # fmt: skip
+        if value < least:
+            return usage_error("values", f"{flag}: must be >= {least} (got {value})")
+    if args.out is not None:
+        from creditbench.harness.records.rundir import RunDirError, check_creatable
+
+        if Path(args.out).is_dir():
+            return usage_error("values", f"--out: {args.out} is a folder; name a CSV file")
+        try:  # before the continuations are sampled, not after
+            check_creatable(Path(args.out).parent, "--out")
+        except RunDirError as err:
+            return usage_error("values", str(err))
+    set_threads(args.threads)
+    quiet_transformers()
+    try:
+        return run_value_check(
+            args.config,
+            args.overrides,
+            args.batches,
+            args.states,
+            args.samples,
+            args.out,
+            args.checkpoint,
+            args.mc_from,
+        )
+    except (ConfigError, ValueError) as err:
+        return usage_error("values", str(err))
+
+
+def add_values_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "values",
+        help="the task's own state values against Monte Carlo, at the starting policy or a "
+        "checkpoint's",
+    )
+    p.add_argument("--config", help="a YAML run config (default: the defaults)")
+    add_set_option(p)
+    p.add_argument("--batches", type=positive_int, default=2, help="batches (default 2)")
+    p.add_argument(
+        "--states", type=positive_int, default=120, help="states per batch (default 120)"
+    )
+    p.add_argument("--samples", type=positive_int, default=256, help="continuations a state (256)")
+    p.add_argument("--out", help="write one CSV row per state here")
+    p.add_argument(
+        "--checkpoint",
+        help="a run's checkpoints/step-N folder: value the states of its policy (the run's "
+        "config.yaml is the default config)",
+    )
+    p.add_argument(
+        "--mc-from",
+        help="an earlier --out CSV of the same states: take its Monte-Carlo values instead of "
+        "sampling them again (a changed estimator checked in seconds)",
+    )
+    p.add_argument("--threads", type=positive_int)
+    p.set_defaults(func=_cmd_values)

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +40,6 @@ __all__ = [
     "VLLMConfig",
     "apply_override",
     "build_method_config",
-    "config_digest",
     "from_dict",
     "load_config",
     "resolve_method_options",
@@ -332,12 +329,6 @@ def build_method_config(method_cls: Any, options: Mapping[str, Any] | None) -> A
     except ValueError as err:
         raise ConfigError(f"method_options.{err}") from None
     return from_dict(config_class, options, "method_options")
-
-
-def config_digest(cfg: RunConfig) -> str:
-    """sha256 of the config's canonical JSON (sorted keys): equal configs, equal digests."""
-    canonical = json.dumps(to_dict(cfg), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

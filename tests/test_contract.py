@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from creditbench.harness.services import HarnessServices
+from creditbench.harness.services.step_plan import StepPlan
 from creditbench.methods.contract import (
     EXTRA_REGISTRY,
     PROBLEM_INDEX,
@@ -153,13 +154,13 @@ def test_the_harness_reads_the_budget_fraction_once_per_step():
     assert run.budget_fraction == 0.0
     for _ in range(3):
         run.meter.charge_optimizer_step()
-    run.begin_step(3)
+    run.begin_step(StepPlan(3))
     assert run.budget_fraction == pytest.approx(0.3)
     run.meter.charge_optimizer_step()  # spent within the step: seen by the next one
     assert run.budget_fraction == pytest.approx(0.3)
-    run.begin_step(4)
+    run.begin_step(StepPlan(4))
     assert run.budget_fraction == pytest.approx(0.4)
     unset = services(amount=0)
     unset.meter.charge_optimizer_step()
-    unset.begin_step(1)
+    unset.begin_step(StepPlan(1))
     assert unset.budget_fraction == 0.0

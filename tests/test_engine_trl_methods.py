@@ -25,6 +25,7 @@ from creditbench.harness.config import RolloutConfig, RunConfig
 from creditbench.harness.models.modeling import load_policy
 from creditbench.harness.services import HarnessServices
 from creditbench.harness.services.engines import TRL, supported_methods
+from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.training.setup import base_policy_path, load_task
 from creditbench.integrations.trl import PROBLEM_COLUMN, CreditGRPOTrainer
 from creditbench.integrations.trl_services import adamw_like_trl
@@ -114,7 +115,7 @@ def _builtin_batch(testbed, trl_batch, method_cls, args):
         reference=copy.deepcopy(policy).requires_grad_(False) if needs_reference else None,
         policy_optimizer=adamw_like_trl(args),
     )
-    services.begin_step(0, behaviour_statistics=method_cls.behaviour_statistics)
+    services.begin_step(StepPlan(0, behaviour_statistics=method_cls.behaviour_statistics))
     lengths = trl_batch.response_mask.sum(-1).long().tolist()
     responses = [row[:n].tolist() for row, n in zip(trl_batch.response_ids, lengths, strict=True)]
     batch = services.batch_from_responses(trl_batch.extra("problem_index"), responses)

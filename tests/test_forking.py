@@ -9,6 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from creditbench.harness.services.step_plan import StepPlan
 from creditbench.methods.contract import BEHAVIOUR_ENTROPY
 from creditbench.methods.core import Normalizers
 from creditbench.methods.dapo import DAPO
@@ -128,9 +129,9 @@ def test_the_harness_hands_the_scoring_passes_entropy_to_a_method_that_needs_it(
     trainer = Trainer(config, str(tmp_path / "run"))
     trainer.build()
     services = trainer.services
-    services.begin_step(0)
+    services.begin_step(StepPlan(0))
     assert BEHAVIOUR_ENTROPY not in services.sample_batch().extras  # only when asked
-    services.begin_step(1, behaviour_statistics=[BEHAVIOUR_ENTROPY])
+    services.begin_step(StepPlan(1, behaviour_statistics=(BEHAVIOUR_ENTROPY,)))
     batch = services.sample_batch()
     with torch.no_grad():
         logprobs, entropy = token_logprobs_and_entropy(
@@ -144,5 +145,5 @@ def test_the_harness_hands_the_scoring_passes_entropy_to_a_method_that_needs_it(
     torch.testing.assert_close(batch.extra(BEHAVIOUR_ENTROPY), entropy, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(batch.old_logprobs, logprobs, atol=1e-5, rtol=1e-5)
     # exactly on-policy, GRPO's scoring pass is skipped; a method that reads the entropy keeps it
-    assert trainer._behaviour_from_update(GRPO())
-    assert not trainer._behaviour_from_update(ForkingTokens())
+    assert StepPlan.for_method(0, GRPO(), trainer.config.train).behaviour_from_update
+    assert not StepPlan.for_method(0, ForkingTokens(), trainer.config.train).behaviour_from_update

@@ -7,6 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from creditbench.harness.services.step_plan import StepPlan
 from creditbench.methods.contract import BEHAVIOUR_SUM_PI_SQUARED
 from creditbench.methods.grpo import GRPO
 from creditbench.methods.otb import (
@@ -163,7 +164,7 @@ def test_the_harness_scoring_pass_gives_the_sum_of_squared_probabilities(tmp_pat
     trainer = Trainer(config, str(tmp_path / "run"))
     trainer.build()
     services = trainer.services
-    services.begin_step(0, behaviour_statistics=[BEHAVIOUR_SUM_PI_SQUARED])
+    services.begin_step(StepPlan(0, behaviour_statistics=(BEHAVIOUR_SUM_PI_SQUARED,)))
     batch = services.sample_batch()
     with torch.no_grad():
         logits = response_logits(
@@ -181,8 +182,8 @@ def test_the_harness_scoring_pass_gives_the_sum_of_squared_probabilities(tmp_pat
     pi = batch.old_logprobs.exp() * batch.response_mask
     assert bool((batch.extra(BEHAVIOUR_SUM_PI_SQUARED) >= pi.square() - 1e-6).all())
     # exactly on-policy the scoring pass is skipped for GRPO, never for OTB, which reads it
-    assert trainer._behaviour_from_update(GRPO())
-    assert not trainer._behaviour_from_update(OTB())
+    assert StepPlan.for_method(0, GRPO(), trainer.config.train).behaviour_from_update
+    assert not StepPlan.for_method(0, OTB(), trainer.config.train).behaviour_from_update
 
 
 def test_otb_advantages_keeps_the_mask_dtype():

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from creditbench.harness.cli.main import main
+from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.tasks.chain import ChainConfig, ChainTask
 from creditbench.harness.tasks.chain_steps import parse_step
 from creditbench.harness.tools.value_check import summarize
@@ -130,7 +131,7 @@ def _services(tmp, *options):
     settings = ["task=chain", "task_options.steps=2", f"model.path={policy}", *options]
     trainer = Trainer(load_config(None, settings), str(tmp / "run"))
     trainer.build()
-    trainer.services.begin_step(0, reference_method=True)
+    trainer.services.begin_step(StepPlan(0, reference_method=True))
     return trainer.services
 
 

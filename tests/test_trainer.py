@@ -24,6 +24,7 @@ import torch
 from creditbench.harness.cli.main import main
 from creditbench.harness.config import load_config
 from creditbench.harness.records.rundir import RunDir, RunDirError, RunLockedError
+from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.training.setup import needs_reference
 from creditbench.harness.training.trainer import NonFiniteError, Trainer
 from creditbench.methods.base import CreditMethod
@@ -309,12 +310,16 @@ def test_scoring_is_kept_where_the_update_is_not_exactly_on_policy(
     config = load_config(None, [f"method={BLIND_METHOD}", *overrides(nano_policy)])
     trainer = Trainer(config, tmp_path / "a")
     trainer.build()
-    assert trainer._behaviour_from_update(trainer.method)
-    assert not trainer._behaviour_from_update(TokenCredit())  # reads them
+    assert StepPlan.for_method(0, trainer.method, trainer.config.train).behaviour_from_update
+    assert not StepPlan.for_method(
+        0, TokenCredit(), trainer.config.train
+    ).behaviour_from_update  # reads them
     for extra in ("train.ppo_epochs=2", "train.minibatches=2", "train.skip_onpolicy_scoring=false"):
         config = load_config(None, [f"method={BLIND_METHOD}", *overrides(nano_policy, extra)])
         other = Trainer(config, tmp_path / extra)
-        assert not other._behaviour_from_update(other.method), extra
+        assert not StepPlan.for_method(0, other.method, other.config.train).behaviour_from_update, (
+            extra
+        )
 
 
 @pytest.mark.parametrize(
@@ -376,11 +381,11 @@ def test_only_a_reference_method_may_open_an_uncharged_block(nano_policy, tmp_pa
     config = load_config(None, ["method=grpo", *overrides(nano_policy)])
     trainer = Trainer(config, tmp_path / "refused")
     trainer.build()
-    trainer.services.begin_step(0, reference_method=False)
+    trainer.services.begin_step(StepPlan(0, reference_method=False))
     with pytest.raises(RuntimeError, match="reference_passes"):
         with trainer.services.reference_passes():
             pass
-    trainer.services.begin_step(0, reference_method=True)
+    trainer.services.begin_step(StepPlan(0, reference_method=True))
     with trainer.services.reference_passes():
         trainer.services.generate(["start at 1. add 2. work mod 100."], 2, rewards_only=True)
     assert trainer.meter.flops == 0 and trainer.meter.reference["flops"] > 0
@@ -769,7 +774,7 @@ def test_the_online_accuracy_is_over_every_drawn_batch_not_the_trained_one(nano_
         assert len(drawn) == 2 and sum(len(r) for r in drawn) == 18  # two draws of 3 x 3
         assert record["reward_mean"] == 0.0 and record["accuracy"] == 0.0
         assert record["responses"] == 9  # trained on one draw
-        trainer.services.begin_step(1)
+        trainer.services.begin_step(StepPlan(1))
         assert trainer.services.drawn_rewards == []  # each step counts its own draws
     finally:
         _REGISTRY.pop("test-other-rows", None)

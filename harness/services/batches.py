@@ -24,6 +24,7 @@ from creditbench.harness.sampling.rollout import (
     encode_prompts,
 )
 from creditbench.harness.scoring.passes import ScoringPasses
+from creditbench.harness.services.step_plan import StepPlan
 from creditbench.methods.contract import PROBLEM_INDEX, STEP_TRUTH_KEYS
 from creditbench.methods.core import RolloutBatch
 
@@ -57,12 +58,9 @@ class GradedBatches:
         self.scoring = scoring
         self.with_reference, self.step_checked = with_reference, step_checked
         self.stepped = stepped or step_checked
-        # Set per step by the trainer: the update's first forward gives the behaviour
-        # log-probs (an exactly on-policy update), so the scoring pass is skipped.
-        self.defer_behaviour = False
-        # Set per step by the trainer: the statistics of the behaviour distribution the step's
-        # method reads (CreditMethod.behaviour_statistics), computed in the scoring pass.
-        self.behaviour_statistics: tuple[str, ...] = ()
+        # The step's plan (set by the services at each step): whether the update gives the
+        # behaviour log-probs (no scoring pass) and which statistics the scoring pass computes.
+        self.plan = StepPlan(0)
 
     def from_samples(
         self,
@@ -102,11 +100,11 @@ class GradedBatches:
         if rewards_only:
             batch.old_logprobs = torch.full_like(samples.response_mask, float("nan"))
             return batch
-        if self.defer_behaviour:  # NaN until the update fills them: a reader would show
+        if self.plan.behaviour_from_update:  # NaN until the update fills them: a reader would show
             batch.old_logprobs = torch.full_like(samples.response_mask, float("nan"))
-        elif self.behaviour_statistics:
+        elif self.plan.behaviour_statistics:
             batch.old_logprobs, statistics = self.scoring.score_with_statistics(
-                batch, self.behaviour_statistics
+                batch, self.plan.behaviour_statistics
             )
             extras.update(statistics)
         else:

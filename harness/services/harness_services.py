@@ -30,6 +30,7 @@ from creditbench.harness.scoring.scorers import Scorers
 from creditbench.harness.services.batches import GradedBatches
 from creditbench.harness.services.model_services import ModelServices
 from creditbench.harness.services.prompts import PromptSchedule
+from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.services.task_values import task_state_values
 from creditbench.harness.services.text import TaskText
 from creditbench.harness.tasks.base import has_steps, is_step_checked
@@ -114,36 +115,31 @@ class HarnessServices(ModelServices):
             stepped=has_steps(task),
         )
         self.text = TaskText(task, tokenizer, self.train_problems)
+        self.plan = self.batches.plan = StepPlan(0)
 
     # --- the step -----------------------------------------------------------------------------
 
-    def begin_step(
-        self,
-        step: int,
-        defer_behaviour: bool = False,
-        reference_method: bool = False,
-        behaviour_statistics: Sequence[str] = (),
-    ) -> None:
-        """Called by the trainer before a step's rollout: the step number, a fresh stats dict,
-        whether this step's batches leave the behaviour log-probs to the update, whether the
-        step's method is a reference (it may run :meth:`reference_passes`), and whether its
-        batches carry statistics of the behaviour distribution
-        (``CreditMethod.behaviour_statistics``).
-        The budget's spent fraction is read here, once, so every hook of the step sees the
-        same ``budget_fraction`` (0.0 on a meter without a budget amount)."""
-        self.step = step
+    def begin_step(self, plan: StepPlan) -> None:
+        """Called by the trainer before a step's rollout with the step's :class:`StepPlan`
+        (which passes its batches get); a fresh stats dict. The budget's spent fraction is read
+        here, once, so every hook of the step sees the same ``budget_fraction`` (0.0 on a meter
+        without a budget amount)."""
+        self.step = plan.step
         self.budget_fraction = self.meter.fraction() if self.meter.amount > 0 else 0.0
         self.stats = {}
         self.drawn_rewards = []
-        self.batches.defer_behaviour = defer_behaviour
-        self.batches.behaviour_statistics = tuple(behaviour_statistics)
-        self.reference_method = reference_method
+        self.plan = self.batches.plan = plan
+
+    def end_step(self) -> None:
+        """After the step's update: a batch made outside a step (``creditbench explain``, a
+        tool) gets every pass, as the plain plan says."""
+        self.plan = self.batches.plan = StepPlan(self.step)
 
     @contextlib.contextmanager
     def reference_passes(self) -> Iterator[None]:
         """Model passes inside the block are counted, not charged (see
         ``Services.reference_passes``); only a reference method may open one."""
-        if not getattr(self, "reference_method", False):
+        if not self.plan.reference_method:
             raise RuntimeError(
                 "reference_passes: only a reference method (CreditMethod.reference) may run "
                 "passes its budget does not pay for"

@@ -35,6 +35,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from creditbench.harness.services.step_plan import StepPlan
+
 
 class _GradientRecorder:
     """Stands in for the optimizer: keeps the flattened gradient instead of stepping."""
@@ -76,7 +78,9 @@ def method_gradients(
     first = methods[rollout_by]
     for b in range(batches):
         statistics = {key for method in methods.values() for key in method.behaviour_statistics}
-        services.begin_step(b, reference_method=True, behaviour_statistics=sorted(statistics))
+        services.begin_step(
+            StepPlan(b, behaviour_statistics=tuple(sorted(statistics)), reference_method=True)
+        )
         batch = first.rollout(services)
         for name, method in methods.items():
             advantages = method.advantages(batch, services)

@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from creditbench.harness.services.step_plan import StepPlan
 from creditbench.methods.contract import FIRST_WRONG_MASK, PROBLEM_INDEX
 from creditbench.methods.values import mc_state_values, state_prefixes, state_starts, step_credit
 
@@ -70,7 +71,7 @@ def compare_values(
     services = trainer.services
     records: list[dict] = []
     for b in range(batches):
-        services.begin_step(b, defer_behaviour=False, reference_method=True)
+        services.begin_step(StepPlan(b, reference_method=True))
         batch = services.sample_batch()
         analytic = services.task_values(batch)
         starts, valid = state_starts(batch.step_ids)

@@ -47,6 +47,7 @@ from creditbench.harness.records.rundir import (
 )
 from creditbench.harness.records.summary import budget_fields, default_run_name, run_summary
 from creditbench.harness.sampling.rollout import derive_seed, sequence_lengths
+from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.training.evaluation import evaluate
 from creditbench.harness.training.ppo import NonFiniteError, check_finite, ppo_update
 from creditbench.harness.training.setup import (
@@ -190,7 +191,7 @@ class Trainer:
         another method's step on the same models (``creditbench perf``); default the run's."""
         method = method or self.method
         services, meter = self.services, self.meter
-        self._begin_step(method)
+        plan = self._begin_step(method)
         seconds_before = dict(services.seconds)
         timing: dict[str, float] = {}
         with meter.clock():
@@ -203,12 +204,12 @@ class Trainer:
             extra_passes = sum(services.seconds.values()) - inner
             self._check_advantages(method, batch, advantages)
             self.last_credit = (batch, advantages)
-            stats = self.update(method, batch, advantages)
+            stats = self.update(method, batch, advantages, plan)
             # once per rollout step, after its last optimizer step: the EMA teacher moves as
             # SDPO's code moves it (once per update_policy), and a vLLM sampler gets the weights
             # it next generates with
             services.on_policy_updated()
-            services.batches.defer_behaviour = False  # a batch outside a step gets scored
+            services.end_step()
             t3 = time.perf_counter()
         self.step += 1
         timing = {
@@ -235,13 +236,11 @@ class Trainer:
         self._check_advantages(method, batch, advantages)
         return batch, advantages
 
-    def _begin_step(self, method: CreditMethod) -> None:
-        self.services.begin_step(
-            self.step,
-            defer_behaviour=self._behaviour_from_update(method),
-            reference_method=type(method).reference,
-            behaviour_statistics=type(method).behaviour_statistics,
-        )
+    def _begin_step(self, method: CreditMethod) -> StepPlan:
+        """The step's plan (which passes its batches get), handed to the services."""
+        plan = StepPlan.for_method(self.step, method, self.config.train)
+        self.services.begin_step(plan)
+        return plan
 
     def _check_advantages(self, method: CreditMethod, batch: RolloutBatch, advantages) -> None:
         name = method.name or type(method).__name__
@@ -252,15 +251,12 @@ class Trainer:
             )
         check_finite(advantages, "advantage tensor", name, self.step + 1)
 
-    def _behaviour_from_update(self, method: CreditMethod) -> bool:
-        """Whether this step's update gives the behaviour log-probs (see ``TrainConfig``)."""
-        train = self.config.train
-        on_policy = train.ppo_epochs == 1 and train.minibatches == 1
-        needs_pass = method.needs_behaviour_logprobs or bool(method.behaviour_statistics)
-        return train.skip_onpolicy_scoring and on_policy and not needs_pass
-
     def update(
-        self, method: CreditMethod, batch: RolloutBatch, advantages: torch.Tensor
+        self,
+        method: CreditMethod,
+        batch: RolloutBatch,
+        advantages: torch.Tensor,
+        plan: StepPlan | None = None,
     ) -> dict[str, Any]:
         """The PPO-style update of ``method``'s loss on one batch (:func:`ppo_update`)."""
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
@@ -279,7 +275,7 @@ class Trainer:
             seed=derive_seed(self.config.seed, "minibatch", self.step),
             step=self.step + 1,
             services=self.services,
-            behaviour_from_update=self.services.batches.defer_behaviour,
+            behaviour_from_update=plan is not None and plan.behaviour_from_update,
         )
 
     def _step_record(self, method, batch, advantages, stats, timing) -> dict[str, Any]:

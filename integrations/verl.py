@@ -124,10 +124,11 @@ def pass_batches_to_estimators() -> bool:
     """Wrap verl's ``ray_trainer.compute_advantage`` (the legacy trainer's, run on the driver)
     so that an estimator called inside it can read the whole batch (:data:`_BATCH`); verl
     hands a registered estimator only rewards, mask, ``uid`` and config. Idempotent; False
-    where verl's trainer module cannot be imported (no ray)."""
+    where verl's trainer module cannot be imported (no ray): the token-level methods are then
+    not registered, which the plugin's one line at load shows."""
     try:
         from verl.trainer.ppo import ray_trainer
-    except ImportError:
+    except Exception:  # no ray, or a trainer module that fails here: the rest still registers
         return False
     original = ray_trainer.compute_advantage
     if getattr(original, "passes_the_batch", False):

@@ -97,12 +97,11 @@ class CreditGRPOTrainer(GRPOTrainer):
                 "use sum_then_normalize"
             )
         cls = type(self.credit_method)
-        self._behaviour = cls.needs_behaviour_logprobs or bool(cls.behaviour_statistics)
         self._reference_logprobs = self.credit_method.config.needs_reference_logprobs
-        needs_reference = cls.needs_reference_model or self._reference_logprobs
         self._own_loss_mask = cls.loss_mask is not CreditMethod.loss_mask
         self._filter = self.credit_method.group_filter()
-        if self._filter is not None and self._filter.keep == MIXED_GROUPS:
+        self._keeps_mixed_groups = self._filter is not None and self._filter.keep == MIXED_GROUPS
+        if self._keeps_mixed_groups:
             if self.accelerator.num_processes > 1:
                 raise ValueError(
                     f"method {self.credit_method.name!r}: its dynamic sampling runs on one TRL "
@@ -115,7 +114,7 @@ class CreditGRPOTrainer(GRPOTrainer):
             temperature=self.temperature,
             micro_batch_size=self.args.per_device_train_batch_size,
             seed=self.args.seed,
-            reference=self._frozen_reference() if needs_reference else None,
+            reference=self._frozen_reference() if self.credit_method.needs_reference else None,
             optimizer=adamw_like_trl(self.args),
             task=task,
         )
@@ -147,11 +146,11 @@ class CreditGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         output, batch, unscorable = self._draw(inputs, group_size)
-        if mode == "train" and self._filter is not None and self._filter.keep == MIXED_GROUPS:
+        if mode == "train" and self._keeps_mixed_groups:
             output, batch, unscorable = self._keep_mixed_groups(output, batch, unscorable)
         step, max_steps = self.state.global_step, self.state.max_steps
         self.credit_services.begin_step(step, step / max_steps if max_steps else 0.0)
-        if self._behaviour:
+        if self.credit_method.reads_behaviour():
             statistics = type(self.credit_method).behaviour_statistics
             self.credit_services.score_behaviour(batch, statistics)
         if self._reference_logprobs:
@@ -210,7 +209,7 @@ class CreditGRPOTrainer(GRPOTrainer):
         """DAPO's dynamic sampling on TRL's batches: keep the groups whose rewards differ,
         drawing more generation batches until there are as many as one batch holds (at most
         the method's ``max_batches`` draws); see the module's Deviations for a short step."""
-        assert self._filter is not None
+        assert self._filter is not None  # _keeps_mixed_groups
         group_size = self.num_generations
         target = batch.size // group_size
         draws = [(output, batch, unscorable)]

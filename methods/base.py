@@ -213,6 +213,19 @@ class CreditMethod:
             raise ValueError(f"behaviour_statistics: not one the harness computes: {unknown}")
 
     @classmethod
+    def reads_behaviour(cls) -> bool:
+        """Its rollout, advantages or loss mask read the behaviour log-probs or statistics of the
+        behaviour distribution: every batch it trains on needs a scoring pass before them."""
+        return cls.needs_behaviour_logprobs or bool(cls.behaviour_statistics)
+
+    @property
+    def needs_reference(self) -> bool:
+        """A frozen reference model is needed: the method scores with it
+        (``needs_reference_model``), or its Config has a term that reads reference log-probs
+        (``LossConfig.needs_reference_logprobs``)."""
+        return type(self).needs_reference_model or self.config.needs_reference_logprobs
+
+    @classmethod
     def config_class(cls, options: Mapping[str, Any] | None = None) -> type[LossConfig]:
         """The Config dataclass ``options`` are read into: ``Config``, unless an option picks
         another (OPPO's ``base`` chooses the recipe whose fields and defaults it runs on).

@@ -102,7 +102,6 @@ def _builtin_batch(testbed, trl_batch, method_cls, args):
     with the same groups, and the services the builtin trainer gives a method."""
     policy, tokenizer, task, _, _ = testbed
     instance = method_cls()
-    needs_reference = method_cls.needs_reference_model or instance.config.needs_reference_logprobs
     model = copy.deepcopy(policy)
     services = HarnessServices(
         task=task,
@@ -112,7 +111,7 @@ def _builtin_batch(testbed, trl_batch, method_cls, args):
         rollout=RolloutConfig(prompts_per_step=PROMPTS, group_size=GROUP, max_new_tokens=LIMIT),
         micro_batch_size=8,
         seed=0,
-        reference=copy.deepcopy(policy).requires_grad_(False) if needs_reference else None,
+        reference=copy.deepcopy(policy).requires_grad_(False) if instance.needs_reference else None,
         policy_optimizer=adamw_like_trl(args),
     )
     services.begin_step(StepPlan(0, behaviour_statistics=method_cls.behaviour_statistics))
@@ -133,7 +132,7 @@ def test_a_method_inside_trl_gives_the_builtin_trainers_advantages(testbed, tmp_
     assert torch.equal(batch.response_mask[:, :width], trl_batch.response_mask)
     assert torch.equal(batch.rewards, trl_batch.rewards)  # TRL's reward function is the grader
     assert torch.equal(batch.truncated, trl_batch.truncated)
-    if trainer._behaviour:  # TRL's model before the update, as the builtin's scoring pass
+    if method_cls.reads_behaviour():  # TRL's model before the update, as the builtin's scoring pass
         torch.testing.assert_close(
             batch.old_logprobs[:, :width], trl_batch.old_logprobs, atol=1e-5, rtol=1e-5
         )

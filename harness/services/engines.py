@@ -43,7 +43,8 @@ LOSS_MASK = "loss_mask"  # the loss averages over the method's `loss_mask`, not 
 class Engine:
     """What an engine offers a method: what its advantage call is given besides rewards,
     masks and groups (``gives``: :data:`TOKEN_IDS`, :data:`BEHAVIOUR`, :data:`REFERENCE`,
-    :data:`SCORING`, :data:`AUXILIARY`, :data:`TASK_TEXT`), and the `GroupFilter` rules its
+    :data:`SCORING`, :data:`AUXILIARY`, :data:`TASK_TEXT`, :data:`PROGRESS`, :data:`LOSS_MASK`),
+    and the `GroupFilter` rules its
     own sampler applies (``filters``; :data:`ALL_GROUPS`, the plain batch, every engine has)."""
 
     name: str
@@ -269,8 +270,7 @@ def unsupported_reason(
                 f"its credit reads the behaviour policy's {read}, which an advantage call "
                 "is not given"
             )
-    needs_reference = cls.needs_reference_model or instance.config.needs_reference_logprobs
-    if needs_reference and REFERENCE not in engine.gives:
+    if instance.needs_reference and REFERENCE not in engine.gives:
         return "its credit scores under a reference model"
     ids = torch.arange(48).reshape(8, 6) % 5  # no two responses of a group share a prefix
     services = None  # verl without a known limit: the advantage call gets no services at all

@@ -36,10 +36,10 @@ class StepPlan:
         the update is one epoch of one minibatch and the method reads neither the log-probs
         nor statistics of the behaviour distribution."""
         on_policy = train.ppo_epochs == 1 and train.minibatches == 1
-        needs_pass = method.needs_behaviour_logprobs or bool(method.behaviour_statistics)
+        from_update = train.skip_onpolicy_scoring and on_policy and not method.reads_behaviour()
         return cls(
             step=step,
-            behaviour_from_update=train.skip_onpolicy_scoring and on_policy and not needs_pass,
+            behaviour_from_update=from_update,
             behaviour_statistics=tuple(method.behaviour_statistics),
             reference_method=type(method).reference,
         )

@@ -165,8 +165,8 @@ def method_steps(trainer, methods: list[str] | None) -> list[dict[str, float | s
             continue
         if cls.requires_extras and not services.step_checked:
             continue
-        config = build_method_config(cls, {})
-        if cls.needs_reference_model or config.needs_reference_logprobs:
+        method = cls(build_method_config(cls, {}))
+        if method.needs_reference:
             # a frozen copy of the policy as it is now (what the step costs does not change),
             # and every batch scored under it, as a run of this method would be (its KL)
             if services.scorers.reference is None:
@@ -175,7 +175,7 @@ def method_steps(trainer, methods: list[str] | None) -> list[dict[str, float | s
         else:
             services.batches.with_reference = False
         flops_before = meter.counters()["flops"]
-        record = trainer.train_step(cls(config))
+        record = trainer.train_step(method)
         timing = record["time"]
         rows.append(
             {

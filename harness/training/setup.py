@@ -122,9 +122,9 @@ def needs_reference(config: RunConfig) -> bool:
     method = list_methods().get(config.method)
     if method is None:
         return config.train.reference_model
-    if method.needs_reference_model or config.train.reference_model:
+    if config.train.reference_model:
         return True
-    return build_method_config(method, config.method_options).needs_reference_logprobs
+    return method(build_method_config(method, config.method_options)).needs_reference
 
 
 @dataclass

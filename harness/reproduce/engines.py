@@ -165,11 +165,19 @@ def _value(value: Any) -> str:
 
 
 def verl_overrides(
-    config: Any, method: Any, name: str, folder: Path, model: str, cluster: dict[str, Any]
+    config: Any,
+    method: Any,
+    name: str,
+    folder: Path,
+    model: str,
+    cluster: dict[str, Any],
+    *,
+    legacy: bool = False,
 ) -> list[str]:
     """The verl overrides of one run: its ``RunConfig`` and its method instance (whose loss
     settings become verl's actor settings), registered as ``name``, and the plan's
-    ``cluster`` settings (:func:`verl_cluster_settings`)."""
+    ``cluster`` settings (:func:`verl_cluster_settings`); ``legacy``: the method's credit reads
+    the response token ids, which only verl's legacy trainer passes (see ``VERL_LEGACY``)."""
     cfg = method.config
     if config.budget.unit != "steps":
         raise ReproduceError("--engine verl: verl's budget is steps, not FLOPs; give --steps N")
@@ -227,8 +235,8 @@ def verl_overrides(
     if kept is not None and kept.keep == MIXED_GROUPS:
         values.update(VERL_MIXED_GROUPS_SETTINGS)
         values["data.gen_batch_size"] = GENERATION_BATCHES * prompts
-    if unsupported_reason(method, VERL, config.rollout.max_new_tokens) is not None:
-        values.update(VERL_LEGACY_SETTINGS)  # its credit reads the response ids (see VERL_LEGACY)
+    if legacy:
+        values.update(VERL_LEGACY_SETTINGS)
     return [f"{key}={_value(value)}" for key, value in values.items()]
 
 
@@ -324,13 +332,16 @@ def write_verl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: P
     ``folder``; see the module doc."""
     launch = Launch()
     rows: dict[str, tuple[str, dict[str, Any]]] = {}
+    legacy: set[str] = set()  # rows whose credit reads the response ids (see VERL_LEGACY)
     for run, config in zip(runs, configs, strict=True):
         method = get_method(run.method)(**plan.option_values(run.entry))
         limit = config.rollout.max_new_tokens
         reason = unsupported_reason(method, VERL, limit)
-        if reason is not None and unsupported_reason(method, VERL_LEGACY, limit) is not None:
-            launch.left_out[run.entry] = reason
-            continue
+        if reason is not None:
+            if unsupported_reason(method, VERL_LEGACY, limit) is not None:
+                launch.left_out[run.entry] = reason
+                continue
+            legacy.add(run.entry)
         options = {"max_new_tokens": config.rollout.max_new_tokens}
         rows[run.entry] = (run.method, {**options, **plan.option_values(run.entry)})
         note = filter_note(method.group_filter())
@@ -355,7 +366,9 @@ def write_verl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: P
             continue
         method = get_method(run.method)(**plan.option_values(run.entry))
         name = _name(plan, run.entry)
-        overrides = verl_overrides(config, method, name, Path("$HERE"), model, cluster)
+        overrides = verl_overrides(
+            config, method, name, Path("$HERE"), model, cluster, legacy=run.entry in legacy
+        )
         launch.commands.append(["python", "-m", "verl.trainer.main_ppo", *overrides, env])
         quoted = [f'"{part}"' if "$" in part else shlex.quote(part) for part in overrides]
         script.append(" \\\n    ".join(["python -m verl.trainer.main_ppo", *quoted, env]))

@@ -142,12 +142,7 @@ def _register_plugin(entry_point: metadata.EntryPoint, origin: Origin) -> list[s
     """Load one entry point; the names of the methods it registered."""
 
     def refuse(problem: str) -> PluginError:
-        dist = entry_point.dist
-        uninstall = f" (pip uninstall {dist.name})" if dist is not None else ""
-        return PluginError(
-            f"plugin {origin.source}, entry point {entry_point.name} = {entry_point.value!r} "
-            f"(group {ENTRY_POINT_GROUP}): {problem}; fix the plugin or uninstall it{uninstall}"
-        )
+        return plugin_error(entry_point, origin, ENTRY_POINT_GROUP, problem)
 
     try:
         loaded = entry_point.load()
@@ -182,6 +177,19 @@ def _register_plugin(entry_point: metadata.EntryPoint, origin: Origin) -> list[s
     except DuplicateMethodError as err:
         raise refuse(f"refused, its name is taken: {err}") from err
     return [entry_point.name]
+
+
+def plugin_error(
+    entry_point: metadata.EntryPoint, origin: Origin, group: str, problem: str
+) -> PluginError:
+    """The one message for a plugin that cannot be loaded: its distribution, its entry point
+    and group, the problem, and how to get rid of it (the task registry's plugins too)."""
+    dist = entry_point.dist
+    uninstall = f" (pip uninstall {dist.name})" if dist is not None else ""
+    return PluginError(
+        f"plugin {origin.source}, entry point {entry_point.name} = {entry_point.value!r} "
+        f"(group {group}): {problem}; fix the plugin or uninstall it{uninstall}"
+    )
 
 
 def describe_error(err: BaseException) -> str:

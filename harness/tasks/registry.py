@@ -19,7 +19,13 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
-from creditbench.methods.registry import Origin, PluginError, describe_error, distribution_of
+from creditbench.methods.registry import (
+    Origin,
+    PluginError,
+    describe_error,
+    distribution_of,
+    plugin_error,
+)
 
 ENTRY_POINT_GROUP = "creditbench.tasks"
 
@@ -27,6 +33,10 @@ Builder = Callable[..., Any]
 _BUILDERS: dict[str, tuple[str, Builder]] = {}
 _ORIGINS: dict[str, Origin] = {}
 _LOADED = False
+
+
+class DuplicateTaskError(ValueError):
+    """A task name registered twice, so two packages cannot silently shadow each other."""
 
 
 class UnknownTaskError(KeyError):
@@ -38,11 +48,11 @@ class UnknownTaskError(KeyError):
 
 def register_task(name: str, description: str) -> Callable[[Builder], Builder]:
     """Register ``builder(**options) -> task`` as task ``name``; a name registered twice is
-    refused (ValueError), so two packages cannot silently shadow each other."""
+    refused (`DuplicateTaskError`)."""
 
     def decorate(builder: Builder) -> Builder:
         if name in _BUILDERS:
-            raise ValueError(f"task {name!r} is already registered ({_ORIGINS[name]})")
+            raise DuplicateTaskError(f"task {name!r} is already registered ({_ORIGINS[name]})")
         _BUILDERS[name] = (description, builder)
         module = getattr(builder, "__module__", "")
         kind = "builtin" if module == __name__ else "module"
@@ -113,18 +123,13 @@ def _register_plugin(entry_point: metadata.EntryPoint, origin: Origin) -> list[s
     """Load one entry point; the names of the tasks it registered."""
 
     def refuse(problem: str) -> PluginError:
-        return PluginError(
-            f"plugin {origin.source}, entry point {entry_point.name} = {entry_point.value!r} "
-            f"(group {ENTRY_POINT_GROUP}): {problem}; fix the plugin or uninstall it"
-        )
+        return plugin_error(entry_point, origin, ENTRY_POINT_GROUP, problem)
 
     before = set(_BUILDERS)
     try:
         loaded = entry_point.load()
-    except ValueError as err:
-        if "already registered" in str(err):
-            raise refuse(f"refused, it registers a name that is taken: {err}") from err
-        raise refuse(f"importing it raised {describe_error(err)}") from err
+    except DuplicateTaskError as err:
+        raise refuse(f"refused, it registers a name that is taken: {err}") from err
     except Exception as err:  # whatever the plugin's own code raised while it was imported
         raise refuse(f"importing it raised {describe_error(err)}") from err
     if isinstance(loaded, ModuleType):

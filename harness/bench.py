@@ -186,26 +186,28 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
     fixed.update({f"budget.{k}": v for k, v in budget.items()})
     grid = _sweep(_mapping(suite.get("grid"), path, "grid"))
     runs = []
-    for task in tasks:
-        if not isinstance(task, dict) or "name" not in task:
+    for task_spec in tasks:
+        if not isinstance(task_spec, dict) or "name" not in task_spec:
             raise SuiteError(f"{path}: tasks: each entry needs a name")
-        unknown = set(task) - {"name", "label", "options", "grid", "settings"}
+        unknown = set(task_spec) - {"name", "label", "options", "grid", "settings"}
         if unknown:
             raise SuiteError(
                 f"{path}: tasks: unknown key {sorted(unknown)[0]!r}; known: name, label, "
                 "options, grid, settings"
             )
-        tag = task.get("label", "")
+        tag = task_spec.get("label", "")
         if tag and not re.fullmatch(r"[a-z][a-z0-9]*", str(tag)):
             raise SuiteError(f"{path}: tasks: a label is a-z, 0-9 (got {tag!r})")
-        where = f"tasks: {task['name']}"
+        where = f"tasks: {task_spec['name']}"
         task_grid = (
-            _sweep(_mapping(task["grid"], path, f"{where}: grid")) if "grid" in task else grid
+            _sweep(_mapping(task_spec["grid"], path, f"{where}: grid"))
+            if "grid" in task_spec
+            else grid
         )
-        task_fixed = {**fixed, **_mapping(task.get("settings"), path, f"{where}: settings")}
-        for options in _sweep(_mapping(task.get("options"), path, f"{where}: options")):
+        task_fixed = {**fixed, **_mapping(task_spec.get("settings"), path, f"{where}: settings")}
+        for options in _sweep(_mapping(task_spec.get("options"), path, f"{where}: options")):
             for point in task_grid:
-                parts = (task["name"], tag, _slug(options), _slug(point))
+                parts = (task_spec["name"], tag, _slug(options), _slug(point))
                 label = "-".join(x for x in parts if x)
                 for entry, method, method_options in entries:
                     for seed in seeds:
@@ -218,7 +220,7 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
                             Run(
                                 name=f"{label}-{entry}-s{seed}",
                                 method=method,
-                                task=task["name"],
+                                task=task_spec["name"],
                                 seed=seed,
                                 overrides=[*overrides, *extra],
                                 label=label,

@@ -298,10 +298,12 @@ class CreditMethod:
         # Averaged over the loss mask's tokens; a token outside it has zero advantage, so the
         # sum over the response mask is the same (and a micro-batch's sum is its share).
         normalizers = loss_normalizers(cfg, self.loss_mask(batch), normalizers, services)
+        clip = cfg.clip_config
+        kl_term, kl_stats = kl_penalty(cfg, logprobs, batch, normalizers)
         level = cfg.ratio_level
         ratio = importance_ratio(logprobs, batch.old_logprobs, mask, level)  # type: ignore[arg-type]
         if cfg.clip:
-            per_token, clipped = clipped_surrogate(ratio, advantages, cfg.clip_config)
+            per_token, clipped = clipped_surrogate(ratio, advantages, clip)
         else:
             per_token, clipped = -advantages * ratio, torch.zeros_like(ratio)
         loss = aggregate_loss(per_token, mask, cfg.aggregation, normalizers)
@@ -310,7 +312,6 @@ class CreditMethod:
             "clip_frac": float(masked_mean(clipped, mask)),
             "approx_kl": float(masked_mean((batch.old_logprobs - logprobs).detach(), mask)),
         }
-        kl_term, kl_stats = kl_penalty(cfg, logprobs, batch, normalizers)
         if kl_term is not None:
             loss = loss + kl_term
             stats.update(kl_stats)

@@ -278,7 +278,7 @@ class Services(Protocol):
         states of ``methods.values.state_starts``; NaN past a row's states): the policy's
         teacher-forced probability of writing each remaining step right, in any of its correct
         renderings, with the task's cancelling operations (the testbed's analytic values,
-        ``harness/tasks/chain_values.py``). Raises ValueError on a task without them.
+        ``harness/tasks/chain/values.py``). Raises ValueError on a task without them.
         Charged: a forward of the policy over the texts scored (a reference method runs it in
         :meth:`reference_passes`)."""
         ...

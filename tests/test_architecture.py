@@ -211,3 +211,65 @@ def test_the_tool_rule_would_catch_a_core_module_importing_a_tool(tmp_path, monk
     assert tool_imports_from_the_core() == [
         "harness/training/planted.py:1: imports a tool (harness.tools.perf)"
     ]
+
+
+# --- the task contract ----------------------------------------------------------------------
+
+
+def task_contract() -> set[str]:
+    """The members ``harness/tasks/base.py``'s ``Task`` Protocol declares."""
+    tree = ast.parse((ROOT / "harness" / "tasks" / "base.py").read_text(encoding="utf-8"))
+    (task,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Task"]
+    members = set()
+    for node in task.body:
+        if isinstance(node, ast.FunctionDef):
+            members.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            members.add(node.target.id)
+    return members
+
+
+def names_a_task(node: ast.expr) -> bool:
+    """``task``, ``base_task``, ``self.task``, ``services.task``: an expression holding a task."""
+    if isinstance(node, ast.Name):
+        return node.id == "task" or node.id.endswith("_task")
+    return isinstance(node, ast.Attribute) and node.attr == "task"
+
+
+def task_calls_outside_the_contract() -> list[str]:
+    """Every ``<task>.<member>`` outside ``harness/tasks`` whose member ``Task`` lacks."""
+    contract = task_contract()
+    out = []
+    for room in ROOMS:
+        for path in source_files(room):
+            if module_name(path)[:2] == ["harness", "tasks"]:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and names_a_task(node.value)
+                    and node.attr not in contract
+                ):
+                    rel = path.relative_to(ROOT).as_posix()
+                    out.append(f"{rel}:{node.lineno}: task.{node.attr} is not in the Task contract")
+    return out
+
+
+def test_the_harness_calls_no_task_member_outside_the_contract():
+    assert {"problems", "grade", "capabilities", "check_steps"} <= task_contract()
+    assert task_calls_outside_the_contract() == []
+
+
+def test_the_task_rule_would_catch_a_duck_typed_call(tmp_path, monkeypatch):
+    (tmp_path / "harness" / "tasks").mkdir(parents=True)
+    (tmp_path / "harness" / "tasks" / "base.py").write_text(
+        (ROOT / "harness" / "tasks" / "base.py").read_text(encoding="utf-8")
+    )
+    (tmp_path / "harness" / "services").mkdir()
+    (tmp_path / "harness" / "services" / "planted.py").write_text(
+        "def f(self, task):\n    task.grade(1, 2)\n    return self.task.wrong_steps(1, 2)\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert task_calls_outside_the_contract() == [
+        "harness/services/planted.py:3: task.wrong_steps is not in the Task contract"
+    ]

@@ -25,15 +25,16 @@ from creditbench.harness.models.bootstrap import (
 )
 from creditbench.harness.models.modeling import load_policy
 from creditbench.harness.models.policy_cache import cache_key, read_manifest
-from creditbench.harness.tasks.base import Grade, Problem
+from creditbench.harness.tasks.base import STEP_CHECK, TEACHER, Grade, Problem, StepCheck, TaskBase
 
 FAST = dict(preset="nano", steps=3, batch_size=4, warmup=1)
 
 
-class SumTask:
+class SumTask(TaskBase):
     """A small stand-in task: add two numbers. Enough to exercise the bootstrap."""
 
     name = "sum"
+    capabilities = frozenset({STEP_CHECK, TEACHER})
     alphabet = "0123456789+=\n abcdefghijklmnopqrstuvwxyz:"
 
     def __init__(self, scale: int = 10) -> None:
@@ -52,8 +53,8 @@ class SumTask:
         ok = text.strip().endswith(f"answer: {problem.answer}")
         return Grade(float(ok), "correct" if ok else "wrong answer")
 
-    def first_wrong_step(self, problem, text):
-        return None
+    def check_steps(self, problem, text) -> StepCheck:
+        return StepCheck(steps=[], wrong=[], filler=[])
 
     def sft_example(self, rng: random.Random, mix=None) -> tuple[str, str]:
         a, b = rng.randrange(self.scale), rng.randrange(self.scale)
@@ -70,7 +71,12 @@ def sum_task(monkeypatch):
         calls["train"] += 1
         return real_train(*args, **kwargs)
 
-    monkeypatch.setattr(bootstrap, "make_task", lambda name, options: SumTask(**(options or {})))
+    real_make = bootstrap.make_task
+
+    def make(name, options=None):
+        return real_make(name, options) if name == "chain" else SumTask(**(options or {}))
+
+    monkeypatch.setattr(bootstrap, "make_task", make)
     monkeypatch.setattr(bootstrap, "train_base_policy", counting_train)
     return calls
 
@@ -261,7 +267,7 @@ def test_clean_traces_make_a_correct_chain_teacher_data():
     rng = random.Random(0)
     for problem in task.problems("eval")[:50]:
         solution = task.sample_solution(problem, rng)
-        assert task.first_wrong_step(problem, solution) is None
+        assert task.check_steps(problem, solution).wrong == []
 
 
 def test_config_errors_name_the_field():

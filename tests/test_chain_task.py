@@ -11,16 +11,10 @@ from hypothesis import strategies as st
 
 from creditbench.harness.tasks import get_task
 from creditbench.harness.tasks.base import PROMPT_VARIANTS
-from creditbench.harness.tasks.chain import (
-    ALPHABET,
-    ERROR_KINDS,
-    ChainConfig,
-    ChainTask,
-    parse_step_answer,
-)
-from creditbench.harness.tasks.chain_prompts import LOCALIZE_QUESTION
-from creditbench.harness.tasks.chain_traces import parse_plan
-from creditbench.harness.tasks.steps import spans_to_token_mask, step_extras, token_char_offsets
+from creditbench.harness.tasks.chain import ALPHABET, ERROR_KINDS, ChainConfig, ChainTask
+from creditbench.harness.tasks.chain.prompts import LOCALIZE_QUESTION, parse_step_answer
+from creditbench.harness.tasks.chain.traces import parse_plan
+from creditbench.harness.tasks.steps import spans_to_token_mask, step_masks, token_char_offsets
 
 TASK = ChainTask(ChainConfig(train_size=300, eval_size=60))
 EVAL = TASK.problems("eval")
@@ -422,7 +416,7 @@ def test_step_masks_select_the_right_tokens() -> None:
     text = TASK.corrupt_solution(problem, "arithmetic", 3, random.Random(5))
     ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
     offsets = token_char_offsets(tokenizer, ids)
-    extras = step_extras(TASK, problem, text, offsets)
+    extras = step_masks(TASK.check_steps(problem, text), offsets)
     assert all(len(mask) == len(ids) for mask in extras.values())
 
     def decoded(mask):
@@ -443,7 +437,7 @@ def test_a_stop_without_answer_blames_the_end_of_sequence() -> None:
     problem = EVAL[1]
     text = TASK.reference_solution(problem).rsplit("\n", 1)[0]  # all steps, no answer line
     ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
-    extras = step_extras(TASK, problem, text, token_char_offsets(tokenizer, ids))
+    extras = step_masks(TASK.check_steps(problem, text), token_char_offsets(tokenizer, ids))
     assert extras["first_wrong_mask"] == [0] * (len(ids) - 1) + [1]
     assert sum(extras["after_wrong_mask"]) == 0
 

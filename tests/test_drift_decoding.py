@@ -20,6 +20,7 @@ from creditbench.harness.sampling.drift_decoding import (
     filtered_logprobs,
 )
 from creditbench.harness.sampling.rollout import sample_responses
+from creditbench.harness.tasks.base import VARIANTS, TaskBase
 from creditbench.methods.scapo import SCAPO, drift_mask, token_drift
 
 RULE = SCAPO()  # the drift filter's masking rule and rewrites are SCAPO's
@@ -145,7 +146,9 @@ class CharTokenizer:
         return "".join("abcdefghi"[t - 3] for t in tokens if t >= 3)
 
 
-class RewriteTask:
+class RewriteTask(TaskBase):
+    name, capabilities = "rewrite", frozenset({VARIANTS})
+
     def variant(self, problem: str, kind: str) -> str:
         return {"rewrite_template": "ab", "rewrite_typo": "i", "rewrite_framing": "hh"}.get(
             kind, problem + "c"
@@ -168,7 +171,7 @@ def test_threshold_zero_decodes_like_plain_sampling(temperature: float) -> None:
 
 
 def test_a_task_without_rewrites_is_refused() -> None:
-    with pytest.raises(ValueError, match="drift_filter: .*no prompt rewrites"):
+    with pytest.raises(ValueError, match="has no variants .asked for by drift_filter"):
         DriftSampler(object(), ["abc"], RULE)
 
 

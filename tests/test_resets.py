@@ -17,7 +17,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditbench.harness.tasks.chain_prompts import parse_step_answer
+from creditbench.harness.tasks.chain.prompts import parse_step_answer
 from creditbench.methods.core import RolloutBatch
 from creditbench.methods.grpo import GRPO
 from creditbench.methods.registry import get_method

@@ -12,7 +12,7 @@ import torch
 from creditbench.harness.cli.main import main
 from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.tasks.chain import ChainConfig, ChainTask
-from creditbench.harness.tasks.chain_steps import parse_step
+from creditbench.harness.tasks.chain.grammar import parse_step
 from creditbench.harness.tools.value_check import summarize
 
 TASK = ChainTask()

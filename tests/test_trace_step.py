@@ -5,7 +5,10 @@ to another file along it, a return a hop into a file already left."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "trace_step.py"
 
@@ -50,3 +53,16 @@ def test_a_traced_call_records_each_project_function_once_in_first_call_order():
     names = [name for _, name in trace.functions]
     assert "masked_mean" in names and len(names) == len(set(names))
     assert {where for where, _ in trace.functions} == {"methods/core.py"}
+
+
+@pytest.mark.slow
+def test_the_docs_quote_the_measured_step_and_it_meets_the_bar():
+    """The last row of docs/harness.md's table is what the script measures on this code, and a
+    reader's path returns to an already-left file at most 35 times (the redesign's bar)."""
+    figures = _module().traced_step("grpo").figures()
+    text = (SCRIPT.parents[1] / "docs" / "harness.md").read_text(encoding="utf-8")
+    section = text.split("### One step, traced", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if re.match(r"\|[^|]*\| \d+ \|", line)]
+    quoted = [int(cell) for cell in rows[-1].strip("|").split("|")[1:]]
+    assert quoted == [figures[k] for k in ("functions", "files", "hops", "returns")]
+    assert figures["returns"] <= 35

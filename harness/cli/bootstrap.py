@@ -87,9 +87,7 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
         return usage_error("bootstrap", f"--task-option {err}")
     ensure = ensure_teacher_policy if args.teacher else ensure_base_policy
     if args.teacher:
-        from creditbench.harness.models.bootstrap import CLEAN_TRACE_OPTIONS
-
-        trained = teacher_config(config, args.task in CLEAN_TRACE_OPTIONS)
+        trained = teacher_config(config, bool(task.clean_trace_options))
     else:
         trained = config
     started = time.perf_counter()

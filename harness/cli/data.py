@@ -6,6 +6,7 @@ import argparse
 import random
 
 from creditbench.harness.cli.common import positive_int, usage_error
+from creditbench.harness.tasks.base import STEP_CHECK, TEACHER, capabilities_of
 
 
 def _option(text: str) -> tuple[str, object]:
@@ -68,7 +69,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         print(f"=== {problem.id}")
         print(problem.prompt.rstrip("\n"))
         print(f"--- reference answer: {problem.answer}")
-        if hasattr(task, "wrong_steps"):
+        if {STEP_CHECK, TEACHER} <= capabilities_of(task):
             _show_steps(task, problem, rng)
         else:
             print(f"--- source: {problem.metadata.get('source', '?')}")
@@ -78,23 +79,23 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _show_steps(task, problem, rng: random.Random) -> None:
     """The reference solution, then a sampled (or perturbed) one with every step's verdict."""
-    from creditbench.harness.tasks.chain_steps import ERROR_KINDS
-
     print("--- reference solution:")
     for line in task.reference_solution(problem).split("\n"):
         print(f"    {line}")
     text = task.sample_solution(problem, rng)
     label = "sampled with the SFT slip rates"
-    if not task.wrong_steps(problem, text):
-        kind = rng.choice(ERROR_KINDS if len(problem.metadata["ops"]) > 1 else ["arithmetic"])
-        step = rng.randrange(len(problem.metadata["ops"]) - (kind == "missing step"))
+    if not task.check_steps(problem, text).wrong:
+        steps = len(task.step_spans(text)) - 1  # the lines before the answer line
+        kind = rng.choice([k for k in task.error_kinds if steps > 1 or k != "missing step"])
+        step = rng.randrange(steps - (kind == "missing step"))
         text = task.corrupt_solution(problem, kind, step, rng)
         label = f"perturbed: {kind} at step {step + 1}"
     grade = task.grade(problem, text)
     print(f"--- a solution ({label}); grade {grade.reward:g} ({grade.reason}):")
-    verdicts = {v.step: v.kind for v in task.wrong_steps(problem, text)}
+    check = task.check_steps(problem, text)
+    verdicts = {v.step: v.kind for v in check.wrong}
     first = min(verdicts, default=None)
-    spans = task.step_spans(text)
+    spans = check.steps
     for i, (s, e) in enumerate(spans):
         mark = " <- first wrong step" if i == first else ""
         print(f"    step {i + 1:>2} {verdicts.get(i, 'ok'):<14} {text[s:e]}{mark}")

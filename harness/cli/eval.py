@@ -76,6 +76,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _decoding_rule(args: argparse.Namespace, task):
+    from creditbench.harness.tasks.base import VARIANTS, require
+
     """The method named by ``--decode-with`` (its decoding rule), or None for plain decoding."""
     name = getattr(args, "decode_with", None)
     if name is None:
@@ -87,8 +89,7 @@ def _decoding_rule(args: argparse.Namespace, task):
         raise ValueError(f"--decode-with: {name!r} has no decoding rule (have: {', '.join(ruled)})")
     if not 0.0 <= args.drift_threshold < 1.0:
         raise ValueError(f"--drift-threshold: must be in [0, 1) (got {args.drift_threshold})")
-    if not hasattr(task, "variant"):
-        raise ValueError(f"--decode-with: task {task.name!r} has no prompt variants")
+    require(task, VARIANTS, f"--decode-with {name}")
     return get_method(name)()
 
 

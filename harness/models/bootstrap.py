@@ -34,9 +34,9 @@ from creditbench.harness.models.sft import (
 )
 
 __all__ = [
-    "CLEAN_TRACE_OPTIONS",
     "BootstrapConfig",
     "as_bootstrap_config",
+    "clean_trace_options",
     "ensure_base_policy",
     "ensure_teacher_policy",
     "evaluate_policy",
@@ -46,18 +46,17 @@ __all__ = [
     "train_base_policy",
 ]
 
-# Task options that turn off the errors injected into SFT traces. The teacher learns from clean
-# traces: it imitates no slips, so it is stronger than the base policy at any size. The problems
-# (and the eval split) do not depend on these options.
-CLEAN_TRACE_OPTIONS: dict[str, dict[str, Any]] = {
-    "chain": {"slip_rate": 0.0, "weak_slip_rate": 0.0, "direct_slip_rate": 0.0},
-}
+
+def clean_trace_options(task_name: str) -> dict[str, Any]:
+    """The task's options that turn off the errors injected into its SFT traces (the chain
+    task's slip rates, ``Task.clean_trace_options``); empty where it has none."""
+    return dict(make_task(task_name, {}).clean_trace_options)
 
 
 def teacher_config(config: BootstrapConfig, clean_traces: bool = True) -> BootstrapConfig:
     """The SFT config of OPPO's frozen teacher.
 
-    With clean traces (:data:`CLEAN_TRACE_OPTIONS`) it is the base policy's: the data makes the
+    With clean traces (:func:`clean_trace_options`) it is the base policy's: the data makes the
     teacher stronger, as a bigger or longer-trained model would imitate the same slips. A task
     without such knobs gets twice the steps instead.
     """
@@ -66,7 +65,7 @@ def teacher_config(config: BootstrapConfig, clean_traces: bool = True) -> Bootst
 
 def teacher_task_options(task_name: str, task_options: dict[str, Any] | None) -> dict[str, Any]:
     """The task options the teacher is trained with: the base's, with clean traces."""
-    return {**(task_options or {}), **CLEAN_TRACE_OPTIONS.get(task_name, {})}
+    return {**(task_options or {}), **clean_trace_options(task_name)}
 
 
 def make_task(task_name: str, task_options: dict[str, Any] | None = None) -> Any:
@@ -183,10 +182,10 @@ def ensure_teacher_policy(
 
     ``task_options`` and ``config`` describe the *base* policy (``config`` is anything
     :func:`as_bootstrap_config` accepts). The teacher is trained on the same problems with
-    clean traces (:data:`CLEAN_TRACE_OPTIONS`), or twice as long where the task has no such
+    clean traces (:func:`clean_trace_options`), or twice as long where the task has no such
     knobs (:func:`teacher_config`).
     """
-    config = teacher_config(as_bootstrap_config(config), task_name in CLEAN_TRACE_OPTIONS)
+    config = teacher_config(as_bootstrap_config(config), bool(clean_trace_options(task_name)))
     options = teacher_task_options(task_name, task_options)
     return _ensure("teacher", task_name, options, config, cache_dir, force, progress, use_shipped)
 
@@ -205,7 +204,7 @@ def evaluate_policy(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Sampled (T=1) and greedy accuracy on the first ``n_problems`` of the eval split, and
-    how many sampled failures have a detectable first wrong step (``task.first_wrong_step``).
+    how many sampled failures have a detectable first wrong step (``task.check_steps``).
     """
     from creditbench.harness.models.modeling import generate_texts
 
@@ -226,7 +225,7 @@ def evaluate_policy(
         (p, t) for p, t, r in zip(problems, sampled, sampled_rewards, strict=True) if r < 1.0
     ]
     for problem, text in failures:
-        verdict = task.first_wrong_step(problem, text)
+        verdict = task.check_steps(problem, text).first_wrong
         if verdict is not None:
             located += 1
             kinds[verdict.kind] = kinds.get(verdict.kind, 0) + 1

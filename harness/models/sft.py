@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import math
 import random
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from creditbench.harness.models.modeling import (
     build_model,
     save_policy,
 )
+from creditbench.harness.tasks.base import TEACHER, require
 
 # Bump when a change here changes what training produces; it invalidates every cached entry.
 FORMAT_VERSION = 1
@@ -124,13 +124,12 @@ def as_bootstrap_config(source: Any = None) -> BootstrapConfig:
 
 
 def task_alphabet(task: Any) -> str:
-    """Every character the task writes: ``task.alphabet``, or its module's ``ALPHABET``."""
-    alphabet = getattr(task, "alphabet", None) or getattr(
-        sys.modules[type(task).__module__], "ALPHABET", None
-    )
-    if not alphabet:
-        raise ValueError(f"task {type(task).__name__} has no ALPHABET: it cannot be bootstrapped")
-    return alphabet
+    """Every character the task writes (``task.alphabet``); a task that cannot teach a base
+    policy (no ``TEACHER`` capability) is refused."""
+    require(task, TEACHER, "the built-in base policy (its SFT data)")
+    if not task.alphabet:
+        raise ValueError(f"task {task.name!r} has an empty alphabet: it cannot be bootstrapped")
+    return task.alphabet
 
 
 @contextlib.contextmanager

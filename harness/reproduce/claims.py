@@ -50,7 +50,7 @@ def claim_runs(card: Card, seeds: int | None = None):
             entries.append({"name": name, "method": row.registry_name, "options": row.options})
     labels = {claim.setting for claim in card.claims}
     suite["methods"], suite["references"] = entries, []
-    suite["tasks"] = [task for task in suite["tasks"] if task.get("label") in labels]
+    suite["tasks"] = [entry for entry in suite["tasks"] if entry.get("label") in labels]
     if seeds is not None:
         suite["seeds"] = suite["seeds"][:seeds]
     try:

@@ -45,6 +45,7 @@ from creditbench.harness.sampling.rollout import (
     pad_layout,
     seeded,
 )
+from creditbench.harness.tasks.base import VARIANTS, require
 
 
 class DecodingRule(Protocol):
@@ -163,10 +164,7 @@ class DriftSampler:
     def __init__(
         self, task, problems: Sequence, rule: DecodingRule, threshold: float = 0.8
     ) -> None:
-        if not hasattr(task, "variant"):
-            raise ValueError(
-                f"drift_filter: task {getattr(task, 'name', task)!r} has no prompt rewrites"
-            )
+        require(task, VARIANTS, "drift_filter (its prompt rewrites)")
         self.threshold = check_threshold(threshold)
         self.rule = rule
         self.rewrites = [

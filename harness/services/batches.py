@@ -1,7 +1,8 @@
 """Graded batches: sampled (or given) responses turned into a :class:`RolloutBatch` with
 rewards from the task's grader, behaviour (and reference) log-probs from a scoring pass, on a
-task with steps (:class:`~creditbench.harness.tasks.base.SteppedTask`) the ``step_ids`` of its
-``step_spans``, and on a step-checked task the step ground truth (:data:`STEP_TRUTH_KEYS`).
+task with steps (capability ``STEPS``, :mod:`creditbench.harness.tasks.base`) the ``step_ids`` of
+its ``step_spans``, and on a step-checked task (``STEP_CHECK``) the step ground truth
+(:data:`STEP_TRUTH_KEYS`) from its ``check_steps``.
 
 Rows of every graded batch carry ``extras[PROBLEM_INDEX]`` (``[B]`` long), the index of their
 problem in the task's train split; the services use it to grade, to build prompt variants and
@@ -120,7 +121,7 @@ class GradedBatches:
     def _step_ground_truth(self, problems, samples: Samples) -> tuple[Tensor, dict[str, Tensor]]:
         """``step_ids`` ``[B, T]`` from the task's step spans and, on a step-checked task, the
         :data:`STEP_TRUTH_KEYS` masks from its step checker (none otherwise)."""
-        from creditbench.harness.tasks.steps import step_extras, token_char_offsets, token_step_ids
+        from creditbench.harness.tasks.steps import step_masks, token_char_offsets, token_step_ids
 
         width = samples.response_ids.shape[1]
         step_ids = torch.full((len(problems), width), -1, dtype=torch.long)
@@ -128,13 +129,16 @@ class GradedBatches:
         masks = {key: torch.zeros((len(problems), width)) for key in checked}
         lengths = samples.response_mask.sum(-1).long().tolist()
         for row, (problem, text) in enumerate(zip(problems, samples.texts, strict=True)):
+            # the task reads the text once; the spans it returns become token masks here
+            check = self.task.check_steps(problem, text) if checked else None
+            spans = check.steps if check is not None else self.task.step_spans(text)
             tokens = samples.response_ids[row, : lengths[row]].tolist()
             offsets = token_char_offsets(self.tokenizer, tokens)
-            truth = step_extras(self.task, problem, text, offsets) if checked else {}
+            truth = step_masks(check, offsets) if check is not None else {}
             for key, values in truth.items():
                 if key in masks and values:
                     masks[key][row, : len(values)] = torch.tensor(values, dtype=torch.float32)
-            ids = token_step_ids(offsets, self.task.step_spans(text))
+            ids = token_step_ids(offsets, spans)
             if ids:
                 step_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         return step_ids, masks

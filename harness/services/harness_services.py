@@ -46,8 +46,8 @@ class HarnessServices(ModelServices):
     """The services of one run (the :class:`~creditbench.methods.contract.Services` contract).
 
     Args:
-        task: the task (``problems``, ``grade``; tasks with steps ``step_spans``; step-checked
-            tasks also ``first_wrong_step``, ``variant``).
+        task: the task (:class:`~creditbench.harness.tasks.base.Task`; what it can do beyond
+            problems and grades is in its ``capabilities``).
         policy, tokenizer: the model being trained and its tokenizer.
         meter: the run's budget meter.
         rollout: the run's :class:`~creditbench.harness.config.RolloutConfig`.
@@ -164,7 +164,7 @@ class HarnessServices(ModelServices):
         """This step's prompts and their train-split indices ``[P]``, drawn as
         :meth:`sample_batch` draws them but not sampled: for a method that runs its own
         rollout with :meth:`generate` (RRPO/SRPO's fresh attempts and resets)."""
-        indices = self.prompt_indices(self.step, self.prompt_schedule.next_call(self.step))
+        indices = self.prompt_schedule.indices(self.step, self.prompt_schedule.next_call(self.step))
         prompts = [self.train_problems[i].prompt for i in indices]
         return prompts, torch.tensor(indices, dtype=torch.long)
 
@@ -199,7 +199,7 @@ class HarnessServices(ModelServices):
     def sample_batch(self) -> RolloutBatch:
         """The default rollout: the next ``prompts_per_step`` problems, ``group_size`` each."""
         call = self.prompt_schedule.next_call(self.step)
-        indices = self.prompt_indices(self.step, call)
+        indices = self.prompt_schedule.indices(self.step, call)
         prompts = [self.train_problems[i].prompt for i in indices]
         seed = derive_seed(self.seed, "rollout", self.step, call)
         samples = self._sample(prompts, self.rollout_config.group_size, seed=seed)

@@ -1,6 +1,6 @@
 """The task's own value of every state of a batch (``Services.task_values``): the policy scores
 the texts a task's ``value_probes`` writes for each state (on the testbed,
-:mod:`creditbench.harness.tasks.chain_values`), in one teacher-forced pass at the run's
+:mod:`creditbench.harness.tasks.chain.values`), in one teacher-forced pass at the run's
 temperature, and each state's value is the product over its lines of their renderings'
 summed probabilities.
 
@@ -19,6 +19,7 @@ from torch import Tensor
 from creditbench.harness.sampling.rollout import assemble_samples, encode, encode_prompts
 from creditbench.harness.scoring.passes import ScoringPasses
 from creditbench.harness.services.text import TaskText
+from creditbench.harness.tasks.base import VALUES, require
 from creditbench.harness.tasks.steps import token_char_offsets
 from creditbench.methods.contract import PROBLEM_INDEX
 from creditbench.methods.core import RolloutBatch
@@ -93,8 +94,7 @@ def task_state_values(
     """``([B, S] V(s_k), statistics)``: the task's value of every state of every row, NaN past
     a row's states (a function of the state alone: its problem and prefix); see
     ``Services.task_values``."""
-    if not hasattr(task, "value_probes"):
-        raise ValueError(f"task {task.name!r} has no value of its own (value_probes)")
+    require(task, VALUES, "services.task_values")
     prefixes, valid = state_prefixes(batch)
     problems = text.problems(batch)
     index = batch.extra(PROBLEM_INDEX).tolist()

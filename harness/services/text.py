@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from creditbench.harness.sampling.rollout import sequence_lengths
+from creditbench.harness.tasks.base import VARIANTS, require
 from creditbench.methods.contract import PROBLEM_INDEX
 from creditbench.methods.core import RolloutBatch
 
@@ -81,8 +82,7 @@ class TaskText:
         ``hints``, one per row.
         """
         self._require_task()
-        if not hasattr(self.task, "variant"):
-            raise ValueError(f"task {self.task.name!r} has no prompt variants (asked for {kind!r})")
+        require(self.task, VARIANTS, f"the {kind!r} prompt variant")
         texts = self.decode(batch) if kind in NEEDS_RESPONSE else None
         out = []
         for row, problem in enumerate(self.problems(batch)):
@@ -98,8 +98,6 @@ class TaskText:
         """The reference answer of every row as the task's responses state it
         (``answer_text``). Runs no model, costs nothing."""
         self._require_task()
-        if not hasattr(self.task, "answer_text"):
-            raise ValueError(f"task {self.task.name!r} has no answer format (answer_text)")
         return [self.task.answer_text(problem) for problem in self.problems(batch)]
 
     def task_repair(self, batch: RolloutBatch) -> list[str]:
@@ -107,8 +105,7 @@ class TaskText:
         first wrong step fixed and every later value recomputed). Runs no model, costs nothing.
         """
         self._require_task()
-        if not hasattr(self.task, "repair_solution"):
-            raise ValueError(f"task {self.task.name!r} has no scripted repair (repair_solution)")
+        require(self.task, VARIANTS, "the scripted repair (task_repair)")
         texts = self.decode(batch)
         return [
             self.task.repair_solution(problem, text)

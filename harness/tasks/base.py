@@ -1,15 +1,17 @@
-"""What a task is: problems with reference answers, a grader, and (on the testbed) a step
-checker and the prompt variants the methods ask for.
+"""What a task is: problems with reference answers, a grader, and the optional parts it
+declares (:data:`CAPABILITIES`): steps, a step checker, prompt variants, values of its own, and
+the data a base policy learns from.
 
 Every task, synthetic or real, hands the harness :class:`Problem` records and grades response
-text into a :class:`Grade`. The harness never parses task-specific formats itself.
+text into a :class:`Grade`. The harness never parses task-specific formats itself, and calls
+nothing of a task that :class:`Task` does not declare.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -69,10 +71,50 @@ PROMPT_VARIANTS = (
 )
 
 
+# The optional parts of a task, each a flag in ``Task.capabilities``: the harness calls a
+# part's members only on a task that declares it, and says which flag is missing otherwise.
+STEPS = "steps"  # step_spans: responses cut into reasoning steps (step_ids)
+STEP_CHECK = "step_check"  # check_steps: the step ground truth (implies STEPS)
+VARIANTS = "variants"  # variant, repair_solution: the prompt variants the methods ask for
+VALUES = "values"  # value_probes: the task's own value of a state
+TEACHER = "teacher"  # alphabet, sft_example, solutions: the data the base policy learns from
+CAPABILITIES = (STEPS, STEP_CHECK, VARIANTS, VALUES, TEACHER)
+
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """What a step-checked task says about one response (character spans in its text).
+
+    Attributes:
+        steps: the spans of its steps, in order (as :meth:`Task.step_spans`).
+        wrong: every wrong step, in order, also inside a correct answer.
+        filler: the spans of words that never affect the reward.
+    """
+
+    steps: list[Span]
+    wrong: list[StepVerdict]
+    filler: list[Span]
+
+    @property
+    def first_wrong(self) -> StepVerdict | None:
+        return self.wrong[0] if self.wrong else None
+
+
 class Task(Protocol):
-    """The interface the harness uses. See ``harness/tasks/chain.py`` for the testbed."""
+    """The whole contract between the harness and a task: nothing outside ``harness/tasks``
+    calls a task member this class does not declare (``tests/test_architecture.py``).
+
+    Every task has ``name``, ``capabilities``, ``problems``, ``grade`` and ``answer_text``; the
+    other members belong to one capability each and are called only on a task that lists it.
+    :class:`TaskBase` gives a task the optional members as refusals, so a task implements what
+    it declares. The testbed (:mod:`harness.tasks.chain`) declares all of them; the math data
+    sets (:mod:`harness.tasks.math_data`) only :data:`STEPS`.
+    """
 
     name: str
+    capabilities: frozenset[str]
 
     def problems(self, split: str) -> Sequence[Problem]:
         """All problems of ``split`` ("train" or "eval"), in a fixed order."""
@@ -82,37 +124,123 @@ class Task(Protocol):
         """Grade one response. Never raises on model output."""
         ...
 
+    def answer_text(self, problem: Problem) -> str:
+        """The reference answer as the task's responses state it (OPPO's hint, MIG's target)."""
+        ...
 
-@runtime_checkable
-class SteppedTask(Task, Protocol):
-    """A task that cuts any response into its reasoning steps: the harness gives every graded
-    batch of it ``step_ids`` from these spans (:mod:`harness.services.batches`). The testbed's
-    steps are its lines; real data's are the dataset's (:mod:`harness.tasks.solution_steps`)."""
-
-    def step_spans(self, response: str) -> list[tuple[int, int]]:
+    # STEPS
+    def step_spans(self, response: str) -> list[Span]:
         """Character spans of the response's steps, in order, not overlapping; characters
         between spans (whitespace) belong to the step before."""
         ...
 
+    # STEP_CHECK
+    def check_steps(self, problem: Problem, response: str) -> StepCheck:
+        """The response's steps, wrong steps and filler, in one pass over its text."""
+        ...
 
-@runtime_checkable
-class StepCheckedTask(SteppedTask, Protocol):
-    """A task that knows, for any response, where its first wrong step is."""
-
-    def first_wrong_step(self, problem: Problem, response: str) -> StepVerdict | None: ...
-
+    # VARIANTS
     def variant(self, problem: Problem, kind: str, **kwargs: Any) -> str:
         """The prompt of ``problem`` in one of :data:`PROMPT_VARIANTS`."""
         ...
 
+    def repair_solution(self, problem: Problem, response: str) -> str:
+        """A scripted minimal repair of ``response`` (IBPO's oracle repair)."""
+        ...
 
-def has_steps(task: object) -> bool:
-    """Whether ``task`` is a :class:`SteppedTask`: it cuts responses into reasoning steps, so
-    batches carry ``step_ids`` (the testbed, GSM8K, MATH)."""
-    return isinstance(task, SteppedTask)
+    # VALUES
+    def value_probes(self, problem: Problem, prefix: str) -> Any:
+        """What the policy scores for the value of the state ``prefix`` (None where it is 0)."""
+        ...
+
+    # TEACHER
+    alphabet: str  # every character the task writes: the base policy's vocabulary
+    clean_trace_options: dict[str, Any]  # options whose traces hold no injected errors
+    error_kinds: tuple[str, ...]  # the errors corrupt_solution can inject
+
+    def sft_example(self, rng: Any, mix: dict[str, float] | None = None) -> tuple[str, str]:
+        """One ``(prompt, completion)`` pair for the base policy's supervised training."""
+        ...
+
+    def reference_solution(self, problem: Problem) -> str: ...
+
+    def sample_solution(self, problem: Problem, rng: Any, **kwargs: Any) -> str: ...
+
+    def corrupt_solution(self, problem: Problem, kind: str, step: int, rng: Any) -> str: ...
 
 
-def is_step_checked(task: object) -> bool:
-    """Whether ``task`` is a :class:`StepCheckedTask`: it can say where each response first goes
-    wrong, so batches carry the step ground truth (the testbed)."""
-    return isinstance(task, StepCheckedTask)
+class MissingCapabilityError(ValueError):
+    """A task asked for a part it does not declare (a method's prompt variant on real data)."""
+
+
+def require(task: Any, capability: str, asked: str) -> None:
+    """MissingCapabilityError unless ``task`` declares ``capability``; ``asked`` says who
+    asked (a method's service, a CLI option) so the message points at the fix."""
+    declared = capabilities_of(task)
+    if capability not in declared:
+        name = getattr(task, "name", type(task).__name__)
+        raise MissingCapabilityError(
+            f"task {name!r} has no {capability} (asked for by {asked}); it declares "
+            f"{', '.join(sorted(declared)) or 'none'}"
+        )
+
+
+def capabilities_of(task: Any) -> frozenset[str]:
+    """The capabilities ``task`` declares; none for a task written before they existed."""
+    return frozenset(getattr(task, "capabilities", ()))
+
+
+class TaskBase:
+    """Defaults for :class:`Task`: no capabilities, every optional member a refusal."""
+
+    name = "task"
+    capabilities: frozenset[str] = frozenset()
+    alphabet = ""
+    clean_trace_options: dict[str, Any] = {}
+    error_kinds: tuple[str, ...] = ()
+
+    def _refuse(self, capability: str, member: str) -> Any:
+        require(self, capability, member)
+        raise NotImplementedError(f"task {self.name!r} declares {capability} but lacks {member}")
+
+    def answer_text(self, problem: Problem) -> str:
+        return problem.answer
+
+    def step_spans(self, response: str) -> list[Span]:
+        return self._refuse(STEPS, "step_spans")
+
+    def check_steps(self, problem: Problem, response: str) -> StepCheck:
+        return self._refuse(STEP_CHECK, "check_steps")
+
+    def variant(self, problem: Problem, kind: str, **kwargs: Any) -> str:
+        return self._refuse(VARIANTS, f"the {kind} prompt variant")
+
+    def repair_solution(self, problem: Problem, response: str) -> str:
+        return self._refuse(VARIANTS, "repair_solution")
+
+    def value_probes(self, problem: Problem, prefix: str) -> Any:
+        return self._refuse(VALUES, "value_probes")
+
+    def sft_example(self, rng: Any, mix: dict[str, float] | None = None) -> tuple[str, str]:
+        return self._refuse(TEACHER, "sft_example")
+
+    def reference_solution(self, problem: Problem) -> str:
+        return self._refuse(TEACHER, "reference_solution")
+
+    def sample_solution(self, problem: Problem, rng: Any, **kwargs: Any) -> str:
+        return self._refuse(TEACHER, "sample_solution")
+
+    def corrupt_solution(self, problem: Problem, kind: str, step: int, rng: Any) -> str:
+        return self._refuse(TEACHER, "corrupt_solution")
+
+
+def has_steps(task: Any) -> bool:
+    """Whether ``task`` cuts responses into reasoning steps, so batches carry ``step_ids``
+    (the testbed, GSM8K, MATH)."""
+    return bool({STEPS, STEP_CHECK} & capabilities_of(task))
+
+
+def is_step_checked(task: Any) -> bool:
+    """Whether ``task`` can say where each response goes wrong, so batches carry the step
+    ground truth (the testbed)."""
+    return STEP_CHECK in capabilities_of(task)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from creditbench.harness.tasks.base import Grade, Problem
+from creditbench.harness.tasks.base import STEPS, Grade, Problem, TaskBase
 from creditbench.harness.tasks.grading import grade_math, last_boxed, normalize_number
 from creditbench.harness.tasks.solution_steps import Span, gsm8k_step_spans, math_step_spans
 
@@ -194,12 +194,16 @@ def load_problems(
     return problems
 
 
-class MathTask:
+class MathTask(TaskBase):
     """GSM8K, MATH or MATH-500 as a task: problems per split, graded by math-verify.
 
     Options: ``source``, ``hub_config``, ``prompt_template`` (with ``{question}``), ``limit``
     (first rows only), ``timeout_s`` (per answer). The split ``eval`` is an alias of ``test``.
+    Its steps are the data set's (:mod:`.solution_steps`); it has no step checker, no prompt
+    variants and no SFT data.
     """
+
+    capabilities = frozenset({STEPS})
 
     def __init__(
         self,

@@ -1,5 +1,5 @@
 """The reasoning steps of a GSM8K or MATH response: character spans, the real-data tasks'
-``step_spans`` (:class:`harness.tasks.base.SteppedTask`).
+``step_spans`` (the ``STEPS`` capability of :class:`harness.tasks.base.Task`).
 
 VinePPO's code lets the task cut a response (``split_solution_into_intermediate_steps`` in
 McGill-NLP/VinePPO ``src/treetune/tasks/gsm8k.py`` and ``src/treetune/tasks/math.py``); its

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-Span = tuple[int, int]
+from creditbench.harness.tasks.base import Span, StepCheck
 
 
 def token_char_offsets(tokenizer: Any, token_ids: Sequence[int]) -> list[Span]:
@@ -68,9 +68,7 @@ def _stop_tokens(offsets: Sequence[Span], at: int) -> list[int]:
     return [1 if ts == te >= at else 0 for ts, te in offsets]
 
 
-def step_extras(
-    task: Any, problem: Any, response_text: str, offsets: Sequence[Span]
-) -> dict[str, list[int]]:
+def step_masks(check: StepCheck, offsets: Sequence[Span]) -> dict[str, list[int]]:
     """The four step masks of one response, each a 0/1 list as long as ``offsets``.
 
     - ``first_wrong_mask``: the tokens of the first wrong step. A response that stops early
@@ -80,10 +78,10 @@ def step_extras(
     - ``wrong_step_mask``: the tokens of every wrong step, also inside a correct answer.
     - ``filler_mask``: the filler words, which never affect the reward.
 
-    ``task`` is a step-checked task (:class:`harness.tasks.chain.ChainTask`).
+    ``check`` is what a step-checked task says about the response (``Task.check_steps``).
     """
     n = len(offsets)
-    verdicts = task.wrong_steps(problem, response_text)
+    verdicts = check.wrong
 
     def mark(spans: list[Span]) -> list[int]:
         mask = spans_to_token_mask(offsets, spans)
@@ -105,7 +103,7 @@ def step_extras(
         "first_wrong_mask": first_mask,
         "after_wrong_mask": after,
         "wrong_step_mask": mark([(v.char_start, v.char_end) for v in verdicts]),
-        "filler_mask": spans_to_token_mask(offsets, task.filler_spans(response_text)),
+        "filler_mask": spans_to_token_mask(offsets, check.filler),
     }
 
 

@@ -2,7 +2,7 @@
 
 The exact-credit oracle can take its values V(s_k) = P(R = 1 | s_k) from the task
 (``estimator=analytic``, ``Services.task_values``) instead of from continuations. That estimate
-rests on approximations (``harness/tasks/chain_values.py``), so before it stands in for Monte
+rests on approximations (``harness/tasks/chain/values.py``), so before it stands in for Monte
 Carlo it is checked against it: ``creditbench values`` samples ``batches`` batches at the run's
 starting policy (no step is taken), picks ``states`` distinct states of each at random, and
 estimates each state's value both ways, Monte Carlo with ``samples`` continuations.

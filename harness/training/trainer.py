@@ -279,11 +279,12 @@ class Trainer:
         )
 
     def _step_record(self, method, batch, advantages, stats, timing) -> dict[str, Any]:
+        # per-optimizer-step lists (grad_norms, update_norms) stay lists
+        update = {key: v if isinstance(v, list) else float(v) for key, v in stats.items()}
         record: dict[str, Any] = {"step": self.step, **budget_fields(self.meter)}
         record.update(batch_statistics(batch, advantages))
         record.update(drawn_statistics(self.services.drawn_rewards))  # the online accuracy
-        # per-optimizer-step lists (grad_norms, update_norms) stay lists
-        record.update({key: v if isinstance(v, list) else float(v) for key, v in stats.items()})
+        record.update(update)
         record.update(self.services.stats)  # what the method reported this step
         # A measurement, so a loss that runs a model pass of its own (SDPO's top-K) is not
         # charged for it here.

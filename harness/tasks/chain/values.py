@@ -36,7 +36,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from creditbench.harness.tasks.chain_steps import (
+from creditbench.harness.tasks.chain.grammar import (
     ANSWER_MARKER,
     MODULUS,
     Op,
@@ -47,7 +47,7 @@ from creditbench.harness.tasks.chain_steps import (
     running_values,
     walk,
 )
-from creditbench.harness.tasks.chain_traces import canonical_split, splittable
+from creditbench.harness.tasks.chain.traces import canonical_split, splittable
 
 TIMES_ZERO: Op = ("*", 0)
 LAST_DIGIT: Op = ("%", 10)
@@ -82,7 +82,7 @@ class ValueProbes:
 def _body(
     carried: int, op: Op, result: int, split: bool, wipe_carried: str, wipe_result: str
 ) -> tuple[str, set[int]]:
-    """A line's text after its filler (:func:`chain_steps.render_step`), newline included, and
+    """A line's text after its filler (:func:`.grammar.render_step`), newline included, and
     its free digit positions: every digit of a number wiped ``all``, the tens digit of a
     two-digit number wiped ``tens``."""
     parts = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 
-from creditbench.harness.tasks.chain_steps import Op, layout
+from creditbench.harness.tasks.chain.grammar import Op, layout
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 

@@ -1,7 +1,7 @@
 """The testbed task "chain": a running value transformed by a chain of operations mod 100.
 
 A problem reads ``start at 37. add 25. times 7. last digit. work mod 100.`` and its solution
-is written one operation per line (see :mod:`harness.tasks.chain_steps` for the format and the
+is written one operation per line (see :mod:`.grammar` for the format and the
 step checker). The task is built so that credit assignment matters on it:
 
 - **length**: ``steps`` operations, so a failed response holds many correct lines;
@@ -25,19 +25,18 @@ import random
 import re
 from dataclasses import dataclass
 
-from creditbench.harness.tasks.base import PROMPT_VARIANTS, Grade, Problem, StepVerdict
-from creditbench.harness.tasks.chain_prompts import (
-    FRAMINGS,
-    TEMPLATES,
-    localize_prompt,
-    parse_step_answer,
-    render_prompt,
-    repair_prompt,
-    solution_hint_prompt,
-    suffix_tag,
-    typo,
+from creditbench.harness.tasks.base import (
+    CAPABILITIES,
+    PROMPT_VARIANTS,
+    Grade,
+    Problem,
+    StepCheck,
+    StepVerdict,
+    TaskBase,
 )
-from creditbench.harness.tasks.chain_steps import (
+from creditbench.methods.checks import check_fields
+
+from .grammar import (
     ALPHABET,
     ERROR_KINDS,
     Op,
@@ -49,16 +48,26 @@ from creditbench.harness.tasks.chain_steps import (
     render_step,
     running_values,
 )
-from creditbench.harness.tasks.chain_traces import (
+from .prompts import (
+    FRAMINGS,
+    TEMPLATES,
+    localize_prompt,
+    render_prompt,
+    repair_prompt,
+    solution_hint_prompt,
+    suffix_tag,
+    typo,
+)
+from .traces import (
     corrupt_solution,
     plan_text,
     repair_solution,
     sample_solution,
     splittable,
 )
-from creditbench.harness.tasks.chain_values import ValueProbes, value_probes
+from .values import ValueProbes, value_probes
 
-__all__ = ["ALPHABET", "ERROR_KINDS", "SFT_MIX", "ChainConfig", "ChainTask", "parse_step_answer"]
+__all__ = ["ALPHABET", "CLEAN_TRACE_OPTIONS", "ERROR_KINDS", "SFT_MIX", "ChainConfig", "ChainTask"]
 
 WEAK_OPS = ("add", "sub", "mul", "mod", "none")
 
@@ -153,9 +162,7 @@ class ChainConfig:
             ("eval_size", isinstance(self.eval_size, int) and self.eval_size >= 1, "must be >= 1"),
             ("seed", isinstance(self.seed, int), "must be an integer"),
         ]
-        for name, ok, rule in checks:
-            if not ok:
-                raise ValueError(f"{name}: {rule} (got {getattr(self, name)!r})")
+        check_fields(self, checks)
 
 
 def _stable_rng(*parts: object) -> random.Random:
@@ -163,10 +170,20 @@ def _stable_rng(*parts: object) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-class ChainTask:
+# Options that turn off the errors injected into SFT traces. OPPO's teacher learns from clean
+# traces: it imitates no slips, so it is stronger than the base policy at any size. The problems
+# (and the eval split) do not depend on these options.
+CLEAN_TRACE_OPTIONS = {"slip_rate": 0.0, "weak_slip_rate": 0.0, "direct_slip_rate": 0.0}
+
+
+class ChainTask(TaskBase):
     """The chain testbed: problems, grader, step checker, prompt variants and SFT examples."""
 
     name = "chain"
+    capabilities = frozenset(CAPABILITIES)
+    alphabet = ALPHABET
+    clean_trace_options = CLEAN_TRACE_OPTIONS
+    error_kinds = ERROR_KINDS
 
     def __init__(self, config: ChainConfig | None = None) -> None:
         self.config = config or ChainConfig()
@@ -254,12 +271,21 @@ class ChainTask:
     def wrong_step_spans(self, problem: Problem, text: str) -> list[tuple[int, int]]:
         return [(v.char_start, v.char_end) for v in self.wrong_steps(problem, text)]
 
+    def filler_spans(self, text: str) -> list[tuple[int, int]]:
+        return filler_spans(text)
+
     def step_spans(self, text: str) -> list[tuple[int, int]]:
         """The step lines, then the answer line; newlines are not part of any span."""
         return layout(text).spans
 
-    def filler_spans(self, text: str) -> list[tuple[int, int]]:
-        return filler_spans(text)
+    def check_steps(self, problem: Problem, text: str) -> StepCheck:
+        """Every wrong step, the step lines and the filler words of ``text``."""
+        start, ops = self._key(problem)
+        return StepCheck(
+            wrong=list(judge(start, list(ops), text)),
+            steps=layout(text).spans,
+            filler=filler_spans(text),
+        )
 
     # ---------------------------------------------------------------- solutions
 
@@ -275,7 +301,7 @@ class ChainTask:
         return "\n".join([*lines, f"Answer: {values[-1]}"])
 
     def sample_solution(self, problem: Problem, rng: random.Random, **kwargs) -> str:
-        """A solution as the SFT traces write it; see :func:`chain_traces.sample_solution`."""
+        """A solution as the SFT traces write it; see :func:`.traces.sample_solution`."""
         start, ops = self._key(problem)
         return sample_solution(start, list(ops), self.config, rng, **kwargs)
 
@@ -290,7 +316,7 @@ class ChainTask:
 
     def value_probes(self, problem: Problem, prefix: str) -> ValueProbes | None:
         """What the policy scores for the value of the state ``prefix`` (a response's first
-        whole lines) of ``problem`` (:mod:`chain_values`); None where the state's value is 0."""
+        whole lines) of ``problem`` (:mod:`.values`); None where the state's value is 0."""
         start, ops = self._key(problem)
         fillers = tuple(self.config.fillers)
         return value_probes(

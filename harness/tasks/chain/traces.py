@@ -18,7 +18,7 @@ import random
 import re
 from typing import TYPE_CHECKING
 
-from creditbench.harness.tasks.chain_steps import (
+from creditbench.harness.tasks.chain.grammar import (
     ANSWER_MARKER,
     MODULUS,
     Op,
@@ -30,7 +30,7 @@ from creditbench.harness.tasks.chain_steps import (
 )
 
 if TYPE_CHECKING:
-    from creditbench.harness.tasks.chain import ChainConfig
+    from creditbench.harness.tasks.chain.task import ChainConfig
 
 OP_KINDS = {"+": "add", "-": "sub", "*": "mul", "%": "mod"}
 
@@ -120,7 +120,7 @@ def _other_op(op: Op, avoid: list[Op], rng: random.Random) -> Op:
 def corrupt_solution(
     start: int, ops: list[Op], config: ChainConfig, rng: random.Random, kind: str, step: int
 ) -> str:
-    """A solution with exactly one error of ``kind`` (see :data:`chain_steps.ERROR_KINDS`) at
+    """A solution with exactly one error of ``kind`` (see :data:`.grammar.ERROR_KINDS`) at
     line ``step``; the other lines are right (they carry a wrong value forward correctly).
 
     Valid steps: ``0..n-1``, except ``missing step`` (``0..n-2``: skipping the last step is an

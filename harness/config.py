@@ -44,7 +44,6 @@ __all__ = [
     "load_config",
     "resolve_method_options",
     "resolve_run",
-    "save_config",
     "to_dict",
 ]
 
@@ -329,13 +328,6 @@ def build_method_config(method_cls: Any, options: Mapping[str, Any] | None) -> A
     except ValueError as err:
         raise ConfigError(f"method_options.{err}") from None
     return from_dict(config_class, options, "method_options")
-
-
-def save_config(cfg: RunConfig, path: str | Path) -> None:
-    """Write ``cfg`` as YAML, atomically."""
-    from creditbench.leaderboard.files import atomic_write_text
-
-    atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 # ---------------------------------------------------------------------------------------------

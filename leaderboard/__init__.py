@@ -1,6 +1,8 @@
 """The leaderboard: run directories in, statistics, tables and plots out.
 
-- :mod:`.files`: reading a run directory and writing atomically (shared with the harness);
+It reads run directories through their format (:mod:`creditbench.harness.records.files`, the
+one module of the harness it imports) and nothing of the harness imports it.
+
 - :mod:`.collect`: every finished run under a results directory as one tidy table;
   :mod:`.records` reads a committed ``runs.csv`` back as runs;
 - :mod:`.stats`: IQM and mean with stratified bootstrap and t CIs, probability of improvement;
@@ -27,8 +29,8 @@ _HOMES = {"collect_runs": ".collect", "render": ".report", "LeaderboardError": "
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: the trainer imports :mod:`.files` every run, and should not pay for pandas and
-    # matplotlib, which only the tables and plots need.
+    # Lazy: a command that only collects runs should not pay for pandas and matplotlib, which
+    # only the tables and plots need.
     if name in _HOMES:
         return getattr(import_module(_HOMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,7 +33,7 @@ from creditbench.reference.cards import Card, Claim
 from .gains import MIN_PAIRS_FOR_A_CLAIM, Gain, gain
 from .stats import accuracy_columns
 
-TASK = "chain"  # the standard suite's task (harness/suites/standard.yaml)
+TASK = "chain"  # the standard suite's task (tools/suites/standard.yaml)
 REPRODUCED, CONTRADICTED, NOT_RESOLVED = "reproduced", "contradicted", "not resolved"
 
 

@@ -49,7 +49,12 @@ from typing import Any
 
 import pandas as pd
 
-from .files import RunFormatError, read_metric_lines, read_run_config
+from creditbench.harness.records.files import (
+    RunFormatError,
+    read_metric_lines,
+    read_run_config,
+    trapezoid,
+)
 
 # Config fields that name where or how a run was executed, not what it computed.
 NOT_A_SETTING = ("run_name", "output_dir", "device", "checkpoint_every", "vllm")
@@ -83,13 +88,6 @@ def options_key(options: dict[str, Any] | None) -> str:
         return "default"
     flat = _flatten(options)
     return ",".join(f"{key}={json.loads(value)}" for key, value in sorted(flat.items()))
-
-
-def trapezoid(xs: list[float], ys: list[float]) -> float:
-    """Area under the piecewise-linear curve through ``(xs, ys)``; one point gives 0."""
-    return sum(
-        (x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:], strict=False)
-    )
 
 
 def _finite(value: Any) -> bool:

@@ -24,7 +24,7 @@ from .stats import BASELINE, ORACLE
 from .verdict import setting_verdict
 
 START, END = "<!-- headline: computed from the records; do not edit -->", "<!-- /headline -->"
-TASK, LABEL = "chain", "hard"  # the standard suite's hard setting (harness/suites/standard.yaml)
+TASK, LABEL = "chain", "hard"  # the standard suite's hard setting (tools/suites/standard.yaml)
 
 
 class HeadlineError(ValueError):

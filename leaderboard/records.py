@@ -23,8 +23,9 @@ from typing import Any
 
 import pandas as pd
 
+from creditbench.harness.records.files import RunFormatError
+
 from .collect import config_digest, config_text
-from .files import RunFormatError
 
 REQUIRED = ("run", "kind", "method", "task", "options", "setting", "seed", "config")
 # Columns collect_runs adds to every run row from the run's config and environment.

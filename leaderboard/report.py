@@ -33,10 +33,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from creditbench.harness.records.files import RunFormatError, atomic_write_bytes, atomic_write_text
+
 from . import plots
 from .board import summarize
 from .collect import collect_runs, suite_coverage, suite_names
-from .files import RunFormatError, atomic_write_bytes, atomic_write_text
 from .papers import reported_results
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups
 from .tables import accuracy_table, credit_table, gains_table, paper_table, position_notes

@@ -65,7 +65,7 @@ import yaml
 from .yaml_loading import load_yaml
 
 CARDS_DIR = Path(__file__).parent / "cards"
-CLAIM_SETTINGS = ("hard", "easy")  # the standard suite's labels (harness/suites/standard.yaml)
+CLAIM_SETTINGS = ("hard", "easy")  # the standard suite's labels (tools/suites/standard.yaml)
 UNKNOWN = "unknown"
 TAGS = ("paper", "code", "inferred")
 ROLES = ("proposed", "baseline", "anchor")

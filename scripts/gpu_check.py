@@ -108,7 +108,7 @@ def check_builtin(out: Path, device: str) -> str:
     if device == "cuda":
         _needs_vllm()
         settings.update({"rollout.backend": "vllm", "model.dtype": "float32"})
-    command = [sys.executable, "-m", "creditbench.harness.cli.main", "train", "--method", "grpo"]
+    command = [sys.executable, "-m", "creditbench.tools.cli.main", "train", "--method", "grpo"]
     command += ["--task", "gsm8k", "--output", str(out), "--name", "builtin", "--quiet"]
     for key, value in settings.items():
         command += ["--set", f"{key}={json.dumps(value)}"]

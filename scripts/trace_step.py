@@ -31,7 +31,7 @@ from typing import Any
 import creditbench.harness
 
 PACKAGE = Path(creditbench.harness.__file__).resolve().parents[1]
-ROOMS = ("methods", "harness", "leaderboard", "reference", "integrations")
+ROOMS = ("methods", "harness", "leaderboard", "reference", "integrations", "tools")
 
 
 def project_file(filename: str) -> str | None:

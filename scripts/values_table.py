@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from creditbench.harness.tools.value_check import (
+from creditbench.tools.value_check import (
     QUANTILES,
     read_records,
     summarize,

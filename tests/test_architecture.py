@@ -2,17 +2,20 @@
 
     methods/      torch and the standard library only, and methods/ itself
     reference/    nothing of ours
-    leaderboard/  reference/ and itself: it reads run directories, never the harness
-    harness/      methods/, reference/, leaderboard/ and itself; of methods/ only the shared
-                  modules, never a method file (it never learns method names)
+    harness/      the core: methods/, reference/ and itself; of methods/ only the shared
+                  modules, never a method file (it never learns method names); never the
+                  leaderboard, never a tool
+    leaderboard/  reference/, itself, and of the harness only the run-directory format
+                  (harness/records/files.py) that writer and reader must agree on
     integrations/ methods/ (its shared modules), harness/ and itself, besides verl and TRL: the
-                  adapters that run methods inside other trainers with the harness's scoring;
-                  the harness's reproduce writes launches that name them, never imports them
+                  adapters that run methods inside other trainers with the harness's scoring
+    tools/        any room: the CLI, bench, reproduce, perf and the other tools a user runs;
+                  the launches it writes name the integrations without importing them
 
-so the graph of rooms has no cycle. The test also checks the harness's folders form no cycle
-of their own at the level of folders it shows (cli -> training -> sampling, ...).
+so the graph of rooms has no cycle and nothing but the tools imports a tool. The test also
+checks the harness's folders form no cycle of their own (training -> sampling, ...), and that
+nothing outside ``harness/tasks`` calls a task member the ``Task`` contract does not declare.
 """
-
 from __future__ import annotations
 
 import ast
@@ -22,14 +25,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ROOMS = ("methods", "harness", "leaderboard", "reference", "integrations")
+ROOMS = ("methods", "harness", "leaderboard", "reference", "integrations", "tools")
 MAY_IMPORT = {
     "methods": {"methods"},
     "reference": {"reference"},
     "leaderboard": {"leaderboard", "reference"},
-    "harness": {"harness", "methods", "reference", "leaderboard"},
+    "harness": {"harness", "methods", "reference"},
     "integrations": {"integrations", "methods", "harness"},
+    "tools": {"tools", "harness", "methods", "reference", "leaderboard", "integrations"},
 }
+# the one module of the harness the leaderboard reads run directories through
+RUN_FORMAT = ["harness", "records", "files"]
 # values: the states (state_starts) whose values Services.task_values returns
 SHARED_METHOD_MODULES = {
     "checks",
@@ -89,6 +95,8 @@ def violations() -> list[str]:
             rel = path.relative_to(ROOT).as_posix()
             for line, name in imports_of(path):
                 top = name[0]
+                if room == "leaderboard" and name[:3] == RUN_FORMAT:
+                    continue
                 if top in ROOMS and top not in MAY_IMPORT[room]:
                     out.append(f"{rel}:{line}: {room}/ may not import {'.'.join(name)}")
                 if room in ("harness", "integrations") and top == "methods" and len(name) > 1:
@@ -137,7 +145,7 @@ def test_cycle_finder_finds_a_cycle_and_only_cycles():
     assert cycles({"a": {"b"}, "b": {"c"}}) == []
 
 
-@pytest.mark.parametrize("room", ROOMS)
+@pytest.mark.parametrize("room", [room for room in ROOMS if room != "tools"])  # tools: any room
 def test_the_rule_would_catch_a_forbidden_import(room, tmp_path, monkeypatch):
     """Plant a module that breaks the rule in a copy of the room's layout; it is reported."""
     forbidden = {
@@ -145,7 +153,7 @@ def test_the_rule_would_catch_a_forbidden_import(room, tmp_path, monkeypatch):
         "reference": "from creditbench.methods import core\n",
         "leaderboard": "from creditbench.harness.records.rundir import RunDir\n",
         "harness": "from creditbench.methods.grpo import GRPO\n",
-        "integrations": "from creditbench.leaderboard.files import RunFiles\n",
+        "integrations": "from creditbench.leaderboard.collect import collect_runs\n",
     }[room]
     (tmp_path / room).mkdir()
     (tmp_path / room / "planted.py").write_text(forbidden)
@@ -180,37 +188,43 @@ def test_every_folder_with_code_is_listed_as_a_package_so_a_wheel_ships_it():
     assert listed - packages_on_disk() == set()
 
 
-# the parts of harness/ that may import its tools: the CLI verbs they back, and each other
-USES_TOOLS = {"cli", "tools"}
+def forbidden_imports(room: str, target: str) -> list[str]:
+    """The rule's findings where ``room`` imports ``target``."""
+    return [v for v in violations() if f" {room}/ may not import {target}." in v]
 
 
-def tool_imports_from_the_core() -> list[str]:
-    """Imports of ``harness/tools/`` from any other part of the project."""
-    out = []
-    for room in ROOMS:
-        for path in source_files(room):
-            parts = module_name(path)
-            if room == "harness" and len(parts) >= 2 and parts[1] in USES_TOOLS:
-                continue
-            for line, name in imports_of(path):
-                if name[:2] == ["harness", "tools"]:
-                    rel = path.relative_to(ROOT).as_posix()
-                    out.append(f"{rel}:{line}: imports a tool ({'.'.join(name)})")
-    return out
+def test_the_harness_imports_nothing_from_the_leaderboard():
+    assert forbidden_imports("harness", "leaderboard") == []
 
 
 def test_no_module_of_the_core_imports_a_tool():
-    assert tool_imports_from_the_core() == []
+    for room in ROOMS:
+        if room != "tools":
+            assert forbidden_imports(room, "tools") == [], room
 
 
-def test_the_tool_rule_would_catch_a_core_module_importing_a_tool(tmp_path, monkeypatch):
+def test_the_rule_would_catch_the_harness_importing_the_leaderboard_or_a_tool(
+    tmp_path, monkeypatch
+):
     (tmp_path / "harness" / "training").mkdir(parents=True)
-    planted = tmp_path / "harness" / "training" / "planted.py"
-    planted.write_text("from creditbench.harness.tools.perf import run_perf\n")
+    (tmp_path / "harness" / "training" / "planted.py").write_text(
+        "from creditbench.tools.perf import run_perf\n"
+        "from creditbench.leaderboard.collect import collect_runs\n"
+    )
+    (tmp_path / "leaderboard").mkdir()
+    (tmp_path / "leaderboard" / "reader.py").write_text(
+        "from creditbench.harness.records.files import read_run_config\n"  # allowed
+    )
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    assert tool_imports_from_the_core() == [
-        "harness/training/planted.py:1: imports a tool (harness.tools.perf)"
+    assert forbidden_imports("harness", "tools") == [
+        "harness/training/planted.py:1: harness/ may not import tools.perf.run_perf"
+    ] or forbidden_imports("harness", "tools") == [
+        "harness/training/planted.py:1: harness/ may not import tools.perf"
     ]
+    assert len(forbidden_imports("harness", "leaderboard")) == 1
+    assert violations() == forbidden_imports("harness", "tools") + forbidden_imports(
+        "harness", "leaderboard"
+    )
 
 
 # --- the task contract ----------------------------------------------------------------------

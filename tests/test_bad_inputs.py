@@ -17,7 +17,7 @@ import pytest
 import torch
 from fake_runs import make_run
 
-from creditbench.harness.cli.main import main
+from creditbench.tools.cli.main import main
 
 TRAIN = ["train", "--method", "grpo", "--output", "{out}"]
 ASSETS = Path(__file__).parents[1] / "harness" / "assets"
@@ -519,7 +519,7 @@ def test_a_folder_that_cannot_be_written_is_named_before_anything_runs(
 
 
 def test_ctrl_c_ends_a_command_in_one_line_with_exit_130(monkeypatch, capsys):
-    from creditbench.harness.cli import methods
+    from creditbench.tools.cli import methods
 
     def interrupted(args):
         raise KeyboardInterrupt

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from creditbench.harness.bench import (
+from creditbench.harness.records.rundir import RunDir
+from creditbench.methods.registry import list_methods
+from creditbench.tools.bench import (
     SuiteError,
     expand_suite,
     load_suite,
@@ -18,9 +20,7 @@ from creditbench.harness.bench import (
     suite_path,
     write_manifest,
 )
-from creditbench.harness.cli.main import main
-from creditbench.harness.records.rundir import RunDir
-from creditbench.methods.registry import list_methods
+from creditbench.tools.cli.main import main
 
 
 def test_shipped_suites_expand_to_every_method():
@@ -284,7 +284,7 @@ def test_sigterm_to_bench_stops_its_workers_and_says_so(tmp_path):
     )
     results = tmp_path / "results"
     bench = subprocess.Popen(
-        [sys.executable, "-m", "creditbench.harness.cli.main", "bench", "--suite", str(suite),
+        [sys.executable, "-m", "creditbench.tools.cli.main", "bench", "--suite", str(suite),
          "--results", str(results), "--workers", "1", "--threads", "1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from creditbench.harness.bench import Run
-from creditbench.harness.bench_plan import (
+from creditbench.tools.bench import Run
+from creditbench.tools.bench_plan import (
     describe_plan,
     estimate_seconds,
     longest_first,
@@ -48,7 +48,7 @@ def test_the_longest_runs_start_first_and_the_unmeasured_before_them():
 
 def test_the_dry_run_prints_each_runs_expected_minutes_from_a_timings_source(tmp_path, capsys):
     """A committed runs.csv with wall times plans the runs of its settings and methods."""
-    from creditbench.harness.cli.main import main
+    from creditbench.tools.cli.main import main
 
     results = tmp_path / "results"
     argv = ["bench", "--suite", "quick", "--results", str(results), "--dry-run"]

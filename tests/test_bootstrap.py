@@ -11,7 +11,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from creditbench.harness.cli.main import main
 from creditbench.harness.models import bootstrap, modeling, policy_cache, sft
 from creditbench.harness.models.bootstrap import (
     BootstrapConfig,
@@ -26,6 +25,7 @@ from creditbench.harness.models.bootstrap import (
 from creditbench.harness.models.modeling import load_policy
 from creditbench.harness.models.policy_cache import cache_key, read_manifest
 from creditbench.harness.tasks.base import STEP_CHECK, TEACHER, Grade, Problem, StepCheck, TaskBase
+from creditbench.tools.cli.main import main
 
 FAST = dict(preset="nano", steps=3, batch_size=4, warmup=1)
 

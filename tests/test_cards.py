@@ -10,7 +10,6 @@ import math
 import pytest
 import yaml
 
-from creditbench.harness.bench import suite_path
 from creditbench.harness.config import load_config
 from creditbench.methods.registry import list_methods, method_origin
 from creditbench.reference.cards import (
@@ -21,6 +20,7 @@ from creditbench.reference.cards import (
     load_card,
     load_cards,
 )
+from creditbench.tools.bench import suite_path
 
 PAPERS = {
     "deepseekmath_grpo": "2402.03300",

@@ -11,7 +11,6 @@ import pytest
 from fake_runs import make_run
 from test_cards import minimal_card, write
 
-from creditbench.harness.cli.main import main
 from creditbench.leaderboard.claims import (
     CONTRADICTED,
     NOT_RESOLVED,
@@ -21,6 +20,7 @@ from creditbench.leaderboard.claims import (
     row_seeds,
 )
 from creditbench.reference.cards import CardError, Claim, load_card
+from creditbench.tools.cli.main import main
 
 HARD = "chain-hard-steps=10-slip_rate=0.1"
 EASY = "chain-easy-steps=8"
@@ -173,7 +173,7 @@ STANDARD_HARD = "chain-hard-steps=10-slip_rate=0.1-weak_slip_rate=0.3-direct_sli
 
 
 def test_reproduce_runs_only_the_standard_runs_the_records_lack(tmp_path, capsys):
-    from creditbench.harness.reproduce.claims import reproduce_claims
+    from creditbench.tools.reproduce.claims import reproduce_claims
 
     card = load_card(write(tmp_path, claim_card()))
     records = tmp_path / "standard"
@@ -200,8 +200,8 @@ def test_reproduce_runs_only_the_standard_runs_the_records_lack(tmp_path, capsys
 
 
 def test_reproduce_refuses_records_that_do_not_exist(tmp_path):
-    from creditbench.harness.reproduce.claims import reproduce_claims
-    from creditbench.harness.reproduce.recipe import ReproduceError
+    from creditbench.tools.reproduce.claims import reproduce_claims
+    from creditbench.tools.reproduce.recipe import ReproduceError
 
     card = load_card(write(tmp_path, claim_card()))
     with pytest.raises(ReproduceError, match="--records: .*nowhere does not exist"):
@@ -211,8 +211,8 @@ def test_reproduce_refuses_records_that_do_not_exist(tmp_path):
 def test_every_card_claim_is_a_run_of_the_standard_suite():
     """Each claim's rows expand into the standard suite's runs (ten seeds each), under the
     leaderboard's own run names where the row is a registered method without options."""
-    from creditbench.harness.reproduce.claims import claim_rows, claim_runs
     from creditbench.reference.cards import load_cards
+    from creditbench.tools.reproduce.claims import claim_rows, claim_runs
 
     cards = [card for card in load_cards().values() if card.claims]
     assert len(cards) >= 10
@@ -224,8 +224,8 @@ def test_every_card_claim_is_a_run_of_the_standard_suite():
 
 
 def test_reproduce_oppo_plans_its_claims_with_the_teacher_row_under_its_own_name(tmp_path, capsys):
-    from creditbench.harness.reproduce.claims import claim_rows, reproduce_claims
     from creditbench.reference.cards import load_cards
+    from creditbench.tools.reproduce.claims import claim_rows, reproduce_claims
 
     card = load_cards()["oppo"]
     code = reproduce_claims(

@@ -11,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import creditbench.harness as harness_pkg
-from creditbench.harness.cli.main import main
 from creditbench.harness.models.policy_cache import read_manifest
 from creditbench.harness.sampling.drift_decoding import (
     DriftFilter,
@@ -22,6 +21,7 @@ from creditbench.harness.sampling.drift_decoding import (
 from creditbench.harness.sampling.rollout import sample_responses
 from creditbench.harness.tasks.base import VARIANTS, TaskBase
 from creditbench.methods.scapo import SCAPO, drift_mask, token_drift
+from creditbench.tools.cli.main import main
 
 RULE = SCAPO()  # the drift filter's masking rule and rewrites are SCAPO's
 

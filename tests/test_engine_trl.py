@@ -152,7 +152,7 @@ def test_a_method_that_needs_the_harness_is_refused_before_trl_starts(testbed, t
 def test_a_reproduce_launch_gives_grpo_config_only_arguments_it_has(tmp_path):
     import json
 
-    from creditbench.harness.cli.main import main
+    from creditbench.tools.cli.main import main
 
     args = ["reproduce", "drgrpo", "--scale", "paper", "--task", "math", "--steps", "4"]
     assert main([*args, "--engine", "trl", "--results", str(tmp_path)]) == 0
@@ -183,8 +183,8 @@ def test_a_reproduce_launch_gives_grpo_config_only_arguments_it_has(tmp_path):
 def test_a_trl_launch_shards_a_model_that_outgrows_one_gpu(tmp_path):
     from accelerate.commands.config.config_args import load_config_from_file
 
-    from creditbench.harness.cli.main import main
-    from creditbench.harness.reproduce.trl_launch import micro_batch, needs_sharding
+    from creditbench.tools.cli.main import main
+    from creditbench.tools.reproduce.trl_launch import micro_batch, needs_sharding
 
     assert needs_sharding("Qwen/Qwen2.5-Math-7B", 80) and not needs_sharding("Qwen/Qwen3-1.7B", 80)
     assert not needs_sharding("realtreetune/rho-1b-sft-MATH", 80)  # size unknown: no

@@ -208,8 +208,8 @@ def test_one_prompt_format_across_the_builtin_trainer_trl_and_verl(testbed, tmp_
     """With a chat template, the builtin trainer, the TRL launch's conversational prompts and
     the verl launch's chat prompts render a task's prompt to the same tokens, so the credit of
     a method that scores the prompt (OTB's behaviour log-probs) agrees through TRL."""
-    from creditbench.harness.reproduce.trl_launch import TRAIN
     from creditbench.harness.sampling.rollout import chat_turn, encode, encode_prompts
+    from creditbench.tools.reproduce.trl_launch import TRAIN
 
     policy, tokenizer, task, _, grade = testbed
     chat = copy.deepcopy(tokenizer)

@@ -423,7 +423,7 @@ def verl_checks(overrides: list[str]):
 def test_every_run_of_a_reproduce_launch_passes_verls_own_config_checks(card, tmp_path):
     if card == "tempo" and not adapter.SHIM:
         pytest.skip("its plan registers a token-level estimator: verl's trainer module (ray)")
-    from creditbench.harness.cli.main import main
+    from creditbench.tools.cli.main import main
 
     args = ["reproduce", card, "--scale", "paper", "--task", "math", "--steps", "16"]
     assert main([*args, "--engine", "verl", "--results", str(tmp_path)]) == 0
@@ -460,7 +460,7 @@ def test_verls_checks_catch_a_launch_without_what_verl_requires(tmp_path):
     """The check above can fail: the launch without the settings verl 0.9.1 requires (the
     rollout engine; micro-batches) is refused by verl's own code, and a key verl lacks by
     Hydra."""
-    from creditbench.harness.cli.main import main
+    from creditbench.tools.cli.main import main
 
     args = ["reproduce", "drgrpo", "--scale", "paper", "--task", "math", "--steps", "16"]
     assert main([*args, "--engine", "verl", "--results", str(tmp_path)]) == 0

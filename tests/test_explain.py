@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from creditbench.harness.cli.main import main as cli_main
 from creditbench.harness.config import load_config
 from creditbench.harness.records.rundir import RunDir
 from creditbench.harness.training.trainer import Trainer
 from creditbench.leaderboard.explain import credit_html, credit_png, side_by_side
+from creditbench.tools.cli.main import main as cli_main
 
 TASK = "task_options={steps: 2, train_size: 64, eval_size: 8}"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from creditbench.harness.cli.main import main
-from creditbench.harness.tools.gradients import gradient_statistics
+from creditbench.tools.cli.main import main
+from creditbench.tools.gradients import gradient_statistics
 
 
 def test_statistics_rank_a_less_noisy_gradient_above_a_noisier_one():
@@ -81,7 +81,7 @@ def test_bad_arguments_exit_2(argv, field, capsys):
 
 
 def test_adam_direction_is_the_sign_after_one_gradient_and_averages_noise_after_many():
-    from creditbench.harness.tools.gradients import adam_direction
+    from creditbench.tools.gradients import adam_direction
 
     g = torch.tensor([3.0, -0.5, 1e-3])
     assert torch.allclose(adam_direction([g], (0.9, 0.999), 1e-8), torch.sign(g), atol=1e-4)

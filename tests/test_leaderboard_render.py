@@ -18,8 +18,8 @@ import pytest
 from browser import check_pages, chromium
 from fake_runs import CREDIT_AUROC, FILLER_DRIFT, FRACTIONS, SLOPE, make_run
 
-from creditbench.harness.cli.main import main as cli_main
 from creditbench.leaderboard import LeaderboardError, collect_runs, render
+from creditbench.tools.cli.main import main as cli_main
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from creditbench.harness.diagnostics.credit import auroc, credit_diagnostics
+from creditbench.harness.records.files import trapezoid
 from creditbench.leaderboard.board import summarize
-from creditbench.leaderboard.collect import options_key, trapezoid
+from creditbench.leaderboard.collect import options_key
 from creditbench.leaderboard.gains import gain, ranked, scale_position
 from creditbench.leaderboard.stats import (
     bootstrap_interval,

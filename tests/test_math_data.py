@@ -130,7 +130,7 @@ def test_unknown_option_is_named() -> None:
 
 
 def test_cli_data_commands(capsys: pytest.CaptureFixture) -> None:
-    from creditbench.harness.cli.main import main
+    from creditbench.tools.cli.main import main
 
     assert main(["data", "list"]) == 0
     assert "math500" in capsys.readouterr().out
@@ -150,7 +150,7 @@ def test_cli_data_commands(capsys: pytest.CaptureFixture) -> None:
     [("steps=[1", "not valid YAML"), ("steps", "expected KEY=VALUE"), ("=3", "expected KEY=VALUE")],
 )
 def test_a_malformed_task_option_is_a_usage_error_not_a_traceback(option, message, capsys):
-    from creditbench.harness.cli.main import main
+    from creditbench.tools.cli.main import main
 
     assert main(["data", "show", "chain", "-o", option]) == 2
     err = capsys.readouterr().err

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from creditbench.harness.cli.main import main
+from creditbench.tools.cli.main import main
 
 
 def test_perf_prints_phases_methods_relative_to_grpo_and_the_plain_loop(tmp_path, capsys):
@@ -83,7 +83,7 @@ def test_perf_times_trl_grpo_trainer_beside_the_harness(tmp_path, capsys):
 def test_shaped_matmul_peak_is_a_rate_over_the_models_linear_shapes():
     import torch
 
-    from creditbench.harness.tools.perf import shaped_matmul_peak
+    from creditbench.tools.perf import shaped_matmul_peak
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 16))
     rate = shaped_matmul_peak(model, rows=64, repeats=2)
@@ -95,8 +95,8 @@ def test_perf_times_a_method_with_a_kl_weight_with_its_reference_pass(nano_polic
     under the reference (perf's GRPO run keeps none), so the KL term acts; afterwards the
     trainer's own method goes without that pass again."""
     from creditbench.harness.config import load_config
-    from creditbench.harness.tools.perf import method_steps
     from creditbench.harness.training.trainer import Trainer
+    from creditbench.tools.perf import method_steps
 
     settings = [
         "task_options.steps=2",

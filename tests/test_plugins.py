@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from creditbench.harness.cli.main import main
 from creditbench.methods import registry
 from creditbench.methods.registry import Origin, get_method, method_origin
+from creditbench.tools.cli.main import main
 
 try:
     import tomllib
@@ -116,7 +116,7 @@ def run_cli(*args: str, site: Path) -> subprocess.CompletedProcess[str]:
     the conformance checks there, not inside this test session."""
     path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
     return subprocess.run(
-        [sys.executable, "-m", "creditbench.harness.cli.main", *args],
+        [sys.executable, "-m", "creditbench.tools.cli.main", *args],
         env={**os.environ, "PYTHONPATH": path},
         cwd=site,
         capture_output=True,

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 from fake_runs import SLOPE, make_run
 
-from creditbench.harness.cli.main import main as cli_main
 from creditbench.leaderboard import LeaderboardError, collect_runs, render
 from creditbench.leaderboard.board import summarize
+from creditbench.tools.cli.main import main as cli_main
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ def test_bad_record_arguments_are_one_line_and_exit_2(published, tmp_path, capsy
 
 
 def test_a_run_config_that_is_not_utf8_or_gives_a_key_twice_is_named(tmp_path):
-    from creditbench.leaderboard.files import RunFormatError, read_run_config
+    from creditbench.harness.records.files import RunFormatError, read_run_config
 
     path = tmp_path / "config.yaml"
     path.write_bytes(b"seed: 1\n\xff: 2\n")

@@ -13,14 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import kendalltau
 
-from creditbench.harness.bench import run_config
-from creditbench.harness.cli.main import main
 from creditbench.harness.records.rundir import RunDir
-from creditbench.harness.reproduce import budget
-from creditbench.harness.reproduce import plan as plans
-from creditbench.harness.reproduce import run as rp
-from creditbench.harness.reproduce.profile import PROFILE_FIELDS
-from creditbench.harness.reproduce.recipe import (
+from creditbench.harness.tasks import get_task
+from creditbench.reference.card_schema import card_from_dict
+from creditbench.tools.bench import run_config
+from creditbench.tools.cli.main import main
+from creditbench.tools.reproduce import budget
+from creditbench.tools.reproduce import plan as plans
+from creditbench.tools.reproduce import run as rp
+from creditbench.tools.reproduce.profile import PROFILE_FIELDS
+from creditbench.tools.reproduce.recipe import (
     RECIPE_SETTINGS,
     Environment,
     ReproduceError,
@@ -29,9 +31,7 @@ from creditbench.harness.reproduce.recipe import (
     paper_recipe,
     split_methods,
 )
-from creditbench.harness.reproduce.report import kendall_tau, ordering_agreement
-from creditbench.harness.tasks import get_task
-from creditbench.reference.card_schema import card_from_dict
+from creditbench.tools.reproduce.report import kendall_tau, ordering_agreement
 
 GRPO_FAMILY = ("deepseekmath_grpo", "drgrpo", "dapo", "gspo", "rloo", "reinforce_pp")
 NO_GPU = Environment(gpus=(), packages=frozenset())

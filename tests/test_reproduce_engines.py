@@ -10,9 +10,9 @@ import subprocess
 import pandas as pd
 import pytest
 
-from creditbench.harness.cli.main import main
 from creditbench.harness.sampling.rollout import chat_turn
 from creditbench.harness.tasks import get_task
+from creditbench.tools.cli.main import main
 
 
 def _reproduce(tmp_path, card, *extra):

@@ -351,7 +351,7 @@ def test_leftovers_of_a_killed_save_are_invisible_and_cleaned(tmp_path, tiny_mod
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_atomic_writes_take_the_mode_the_umask_gives_not_the_temporary_files(tmp_path, umask, mode):
-    from creditbench.leaderboard.files import atomic_write_text, process_umask
+    from creditbench.harness.records.files import atomic_write_text, process_umask
 
     previous = os.umask(umask)
     try:

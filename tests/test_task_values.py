@@ -9,11 +9,11 @@ import random
 import pytest
 import torch
 
-from creditbench.harness.cli.main import main
 from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.tasks.chain import ChainConfig, ChainTask
 from creditbench.harness.tasks.chain.grammar import parse_step
-from creditbench.harness.tools.value_check import summarize
+from creditbench.tools.cli.main import main
+from creditbench.tools.value_check import summarize
 
 TASK = ChainTask()
 # One filler and no split form: the continuation of a state is then spelled out in the tests
@@ -316,7 +316,7 @@ def test_the_command_writes_one_row_per_compared_state(tmp_path, capsys):
 def test_earlier_records_join_their_states_values_and_the_summary_measures_the_move(tmp_path):
     """The same states valued before the estimator's continuation changed are joined in
     order, each checked to be the same state; the summary gives how far the values moved."""
-    from creditbench.harness.tools.value_check import read_records, with_earlier
+    from creditbench.tools.value_check import read_records, with_earlier
 
     header = "batch,problem,state,right_so_far,analytic,credit,mc,samples\n"
     now, before, other = tmp_path / "now.csv", tmp_path / "before.csv", tmp_path / "other.csv"

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from creditbench.harness.cli.main import main
 from creditbench.harness.config import load_config
 from creditbench.harness.records.rundir import RunDir, RunDirError, RunLockedError
 from creditbench.harness.services.step_plan import StepPlan
@@ -29,6 +28,7 @@ from creditbench.harness.training.setup import needs_reference
 from creditbench.harness.training.trainer import NonFiniteError, Trainer
 from creditbench.methods.base import CreditMethod
 from creditbench.methods.registry import _REGISTRY, list_methods, register_method
+from creditbench.tools.cli.main import main
 
 TOKEN_METHOD = "test-token-credit"
 NAN_METHOD = "test-nan-at-step-3"
@@ -141,7 +141,7 @@ DRIVER = textwrap.dedent(
     torch.set_num_threads(1)
     from test_trainer import register_test_methods
     register_test_methods()
-    from creditbench.harness.cli.main import main
+    from creditbench.tools.cli.main import main
     sys.exit(main(sys.argv[1:]))
     """
 )

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from creditbench.harness.cli.main import main
 from creditbench.leaderboard.validation import length_trend, validation_markdown, validation_table
+from creditbench.tools.cli.main import main
 
 
 def run_rows(options, setting, method, finals, aucs, drift=0.0, precision=0.1):

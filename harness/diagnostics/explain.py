@@ -5,7 +5,7 @@ per response: the prompt, the response as one text piece per token, the token ad
 reward, and where the step checker puts the first wrong step (token indices; empty for a
 response without one). The trainer appends the samples of the batch it trained on just before
 each evaluation to the run's ``responses.jsonl`` (:meth:`RunDir.append_responses`), and
-``creditbench explain RUN --step N`` draws them; ``harness.tools.explain`` puts several
+``creditbench explain RUN --step N`` draws them; ``tools.explain`` puts several
 methods side by side on one fresh batch.
 """
 

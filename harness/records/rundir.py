@@ -41,13 +41,7 @@ from typing import Any
 import torch
 import yaml
 
-from creditbench.harness.records.provenance import (
-    capture_environment,
-    capture_rng_state,
-    restore_rng_state,
-)
-from creditbench.harness.typed import ConfigError
-from creditbench.leaderboard.files import (
+from creditbench.harness.records.files import (
     RunFormatError,
     atomic_write_bytes,
     atomic_write_json,
@@ -57,6 +51,12 @@ from creditbench.leaderboard.files import (
     read_metric_lines,
     read_run_config,
 )
+from creditbench.harness.records.provenance import (
+    capture_environment,
+    capture_rng_state,
+    restore_rng_state,
+)
+from creditbench.harness.typed import ConfigError
 
 __all__ = [
     "MetricsLogger",

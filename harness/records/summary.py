@@ -6,6 +6,7 @@ from typing import Any
 
 from creditbench.harness.budget import BudgetMeter
 from creditbench.harness.config import RunConfig
+from creditbench.harness.records.files import trapezoid
 
 
 def default_run_name(config: RunConfig) -> str:
@@ -65,8 +66,6 @@ def run_summary(
         key = "sampled_accuracy" if "sampled_accuracy" in evals[-1] else "greedy_accuracy"
         summary["best_eval"] = max(evals, key=lambda e: e.get(key, 0.0))
         summary["improvement"] = evals[-1].get(key, 0.0) - evals[0].get(key, 0.0)
-        from creditbench.leaderboard.collect import trapezoid  # the board's AUC, computed once
-
         xs = [min(e["fraction"], 1.0) for e in evals]
         summary["auc"] = {
             metric: trapezoid(xs, [e[metric] for e in evals])

@@ -15,14 +15,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from creditbench.harness.reproduce.budget import (
+from creditbench.reference.cards import Card
+from creditbench.tools.reproduce.budget import (
     DEFAULT_MINUTES,
     BudgetPlan,
     eval_flops_per_run,
     plan_budget,
 )
-from creditbench.harness.reproduce.profile import LLM_PROFILE, PROFILE_EPOCHS, PROFILE_TASK
-from creditbench.harness.reproduce.recipe import (
+from creditbench.tools.reproduce.profile import LLM_PROFILE, PROFILE_EPOCHS, PROFILE_TASK
+from creditbench.tools.reproduce.recipe import (
     RECIPE_SETTINGS,
     ReproduceError,
     Setting,
@@ -31,7 +32,6 @@ from creditbench.harness.reproduce.recipe import (
     row_settings,
     split_methods,
 )
-from creditbench.reference.cards import Card
 
 __all__ = ["Plan", "cpu_plan", "describe", "finish_cpu_plan", "paper_plan"]
 
@@ -72,7 +72,7 @@ class Plan:
 
 
 def _suite_settings(name: str) -> dict[str, Any]:
-    from creditbench.harness.bench import SuiteError, load_suite, suite_path
+    from creditbench.tools.bench import SuiteError, load_suite, suite_path
 
     try:
         suite = load_suite(suite_path(name))
@@ -219,7 +219,7 @@ def paper_plan(
 
     The task is the card's training data when it is one of ours, else ``task``; the budget is
     the recipe's steps, else ``steps`` (or ``flops``). Fields the card marks unknown take the
-    LLM-scale profile's values (`harness.reproduce.profile`), never the testbed's defaults, and
+    LLM-scale profile's values (`tools.reproduce.profile`), never the testbed's defaults, and
     :attr:`Plan.unknown` says so, field by field.
     """
     methods, skipped = split_methods(card)

@@ -1,5 +1,5 @@
 """``creditbench reproduce CARD``: run a paper card's recipe at CPU or paper scale and write the
-paper's numbers beside ours (see :mod:`creditbench.harness.reproduce.run`).
+paper's numbers beside ours (see :mod:`creditbench.tools.reproduce.run`).
 
 creditbench reproduce dapo                         # CPU scale: the claims on the standard suite
 creditbench reproduce dapo --dry-run               # the plan, nothing run
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.harness.cli.common import positive_int, usage_error
+from creditbench.tools.cli.common import positive_int, usage_error
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from creditbench.harness.reproduce.run import ReproduceError, reproduce
+    from creditbench.tools.reproduce.run import ReproduceError, reproduce
 
     try:
         return reproduce(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.harness.cli.common import (
+from creditbench.tools.cli.common import (
     add_set_option,
     positive_int,
     quiet_transformers,
@@ -19,8 +19,8 @@ from creditbench.harness.cli.common import (
 
 def _cmd_gradients(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.tools.gradients import run_gradients
     from creditbench.methods.registry import list_methods
+    from creditbench.tools.gradients import run_gradients
 
     if args.batches < 2:
         return usage_error("gradients", f"--batches: must be >= 2 (got {args.batches})")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.harness.cli.common import (
+from creditbench.tools.cli.common import (
     add_set_option,
     positive_int,
     quiet_transformers,
@@ -18,8 +18,8 @@ from creditbench.harness.cli.common import (
 
 def _cmd_perf(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.tools.perf import run_perf
     from creditbench.methods.registry import list_methods
+    from creditbench.tools.perf import run_perf
 
     if args.repeats < 1:
         return usage_error("perf", f"--repeats: must be >= 1 (got {args.repeats})")

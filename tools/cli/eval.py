@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from creditbench.harness.cli.common import (
+from creditbench.tools.cli.common import (
     positive_int,
     quiet_transformers,
     set_threads,
@@ -40,8 +40,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 return usage_error("eval", str(err))
     task_name = args.task or run_config.task
     task_options = run_config.task_options if task_name == run_config.task else {}
-    from creditbench.harness.cli.bootstrap import parse_task_options
     from creditbench.harness.tasks import get_task
+    from creditbench.tools.cli.bootstrap import parse_task_options
 
     try:
         task_options = {**task_options, **parse_task_options(args.task_option)}

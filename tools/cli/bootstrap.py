@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from creditbench.harness.cli.common import positive_int, usage_error
+from creditbench.tools.cli.common import positive_int, usage_error
 
 
 def parse_task_options(items: list[str]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from creditbench.harness.reproduce.recipe import ReproduceError
+from creditbench.tools.reproduce.recipe import ReproduceError
 
 __all__ = ["BudgetPlan", "eval_flops_per_run", "flops_text", "plan_budget"]
 

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from creditbench.harness.cli.common import (
+from creditbench.tools.cli.common import (
     add_set_option,
     positive_int,
     quiet_transformers,
@@ -28,8 +28,8 @@ from creditbench.harness.cli.common import (
 def _write(out: Path, responses, columns, title) -> None:
     """Write credit.html and credit.png into ``out`` and print their paths; on a terminal,
     draw the credit there first, as coloured text."""
+    from creditbench.harness.records.files import atomic_write_bytes, atomic_write_text
     from creditbench.leaderboard.explain import credit_ansi, credit_html, credit_png
-    from creditbench.leaderboard.files import atomic_write_bytes, atomic_write_text
 
     page, picture = credit_html(responses, columns, title), credit_png(responses, columns, title)
     out.mkdir(parents=True, exist_ok=True)
@@ -85,8 +85,8 @@ def _explain_run(args: argparse.Namespace) -> int:
 
 def _explain_methods(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError, load_config
-    from creditbench.harness.tools.explain import explain_methods
     from creditbench.leaderboard.explain import side_by_side
+    from creditbench.tools.explain import explain_methods
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:

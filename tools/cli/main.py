@@ -8,21 +8,21 @@ import sys
 import threading
 
 from creditbench.harness.allocator import keep_freed_memory
-from creditbench.harness.cli.bench import add_bench_command
-from creditbench.harness.cli.bootstrap import add_bootstrap_commands
-from creditbench.harness.cli.common import EXIT_USAGE, usage_error
-from creditbench.harness.cli.data import add_data_commands
-from creditbench.harness.cli.eval import add_eval_command
-from creditbench.harness.cli.explain import add_explain_command
-from creditbench.harness.cli.gradients import add_gradients_command
-from creditbench.harness.cli.leaderboard import add_leaderboard_commands
-from creditbench.harness.cli.methods import add_method_commands
-from creditbench.harness.cli.perf import add_perf_command
-from creditbench.harness.cli.reproduce import add_reproduce_commands
-from creditbench.harness.cli.train import add_train_command
-from creditbench.harness.cli.values import add_values_command
 from creditbench.harness.tasks.math_data import MissingPackageError
 from creditbench.methods.registry import PluginError
+from creditbench.tools.cli.bench import add_bench_command
+from creditbench.tools.cli.bootstrap import add_bootstrap_commands
+from creditbench.tools.cli.common import EXIT_USAGE, usage_error
+from creditbench.tools.cli.data import add_data_commands
+from creditbench.tools.cli.eval import add_eval_command
+from creditbench.tools.cli.explain import add_explain_command
+from creditbench.tools.cli.gradients import add_gradients_command
+from creditbench.tools.cli.leaderboard import add_leaderboard_commands
+from creditbench.tools.cli.methods import add_method_commands
+from creditbench.tools.cli.perf import add_perf_command
+from creditbench.tools.cli.reproduce import add_reproduce_commands
+from creditbench.tools.cli.train import add_train_command
+from creditbench.tools.cli.values import add_values_command
 
 
 class _UsageError(Exception):

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from creditbench.harness.cli.common import (
+from creditbench.tools.cli.common import (
     add_set_option,
     positive_int,
     quiet_transformers,

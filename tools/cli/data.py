@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import random
 
-from creditbench.harness.cli.common import positive_int, usage_error
 from creditbench.harness.tasks.base import STEP_CHECK, TEACHER, capabilities_of
+from creditbench.tools.cli.common import positive_int, usage_error
 
 
 def _option(text: str) -> tuple[str, object]:

@@ -4,24 +4,24 @@ Two scales (the tutorial is ``docs/reproducing.md``):
 
 - ``cpu`` (the default without a CUDA GPU): the card's claims on the frozen protocol, the
   standard suite, reading the leaderboard's committed records and running only the runs they
-  lack (:mod:`creditbench.harness.reproduce.claims`). With ``--minutes``, ``--budget``,
+  lack (:mod:`creditbench.tools.reproduce.claims`). With ``--minutes``, ``--budget``,
   ``--n-eval`` or ``--set`` (or a card without claims) it is a quick look instead: the card's
   ``cpu_scale`` methods that ``methods/`` implements, with the card's relative settings and
   per-method options, on the embedded chain testbed. The base settings (model preset, lengths,
   evaluation) are those of the shipped suite the card's ``cpu_scale.budget`` names; every run
   gets the same FLOP budget, sized so that the whole reproduction takes about ``--minutes`` (30)
-  on this machine (:mod:`creditbench.harness.reproduce.budget`).
+  on this machine (:mod:`creditbench.tools.reproduce.budget`).
 - ``paper``: the card's recipe mapped onto run-config fields
-  (:func:`creditbench.harness.reproduce.recipe.paper_recipe`), on the paper's model from a local
+  (:func:`creditbench.tools.reproduce.recipe.paper_recipe`), on the paper's model from a local
   directory, with the vLLM rollout backend on a GPU. Without them it refuses, in one message
   naming each missing piece (model, hardware, package).
 
-The plan (:mod:`creditbench.harness.reproduce.plan`) says what runs and where each setting
-came from. Runs go through the bench machinery (:mod:`creditbench.harness.bench`): a suite
+The plan (:mod:`creditbench.tools.reproduce.plan`) says what runs and where each setting
+came from. Runs go through the bench machinery (:mod:`creditbench.tools.bench`): a suite
 built from the plan expands into runs (each with its method's options), each run a
 ``creditbench train`` worker writing ``RESULTS/<run>/``. A rerun skips finished runs,
 resumes interrupted ones and keeps the budget they were started with. Then
-:mod:`creditbench.harness.reproduce.report` writes ``RESULTS/reproduce_<CARD>.md``: the
+:mod:`creditbench.tools.reproduce.report` writes ``RESULTS/reproduce_<CARD>.md``: the
 paper's numbers, ours, and whether the ordering of methods agrees.
 
 Every user error raises :class:`ReproduceError`; the command prints it and exits with 2.
@@ -37,9 +37,9 @@ from typing import Any
 
 import yaml
 
-from creditbench.harness.reproduce.budget import DEFAULT_MINUTES, flops_text
-from creditbench.harness.reproduce.plan import Plan, cpu_plan, describe, finish_cpu_plan, paper_plan
-from creditbench.harness.reproduce.recipe import (
+from creditbench.tools.reproduce.budget import DEFAULT_MINUTES, flops_text
+from creditbench.tools.reproduce.plan import Plan, cpu_plan, describe, finish_cpu_plan, paper_plan
+from creditbench.tools.reproduce.recipe import (
     Environment,
     ReproduceError,
     load_card_by_id,
@@ -78,7 +78,7 @@ def suite_of(plan: Plan) -> dict[str, Any]:
 
 def runs_of(plan: Plan):
     """The bench runs of a plan, each with its card row's options."""
-    from creditbench.harness.bench import SuiteError, expand_suite
+    from creditbench.tools.bench import SuiteError, expand_suite
 
     try:
         runs = expand_suite(suite_of(plan), Path(f"{plan.card.id}.yaml"))
@@ -110,9 +110,9 @@ def threads_per_worker(workers: int) -> int:
 
 def check_configs(runs, results: Path) -> dict[str, Any]:
     """``{run name: Trainer}`` of ``runs``, every config checked before any worker starts."""
-    from creditbench.harness.bench import run_config
     from creditbench.harness.config import ConfigError
     from creditbench.harness.training.trainer import Trainer
+    from creditbench.tools.bench import run_config
 
     trainers = {}
     for run in runs:
@@ -128,7 +128,7 @@ def train(pending, trainers: dict[str, Any], results: Path, workers: int, done: 
     bench workers, after ``done`` finished ones; the names of the failed runs."""
     from tqdm.auto import tqdm
 
-    from creditbench.harness.bench import _prepare_base_policies, _run_workers
+    from creditbench.tools.bench import _prepare_base_policies, _run_workers
 
     if not pending:
         return []
@@ -200,7 +200,7 @@ def reproduce(
     trainer into ``RESULTS/<engine>/`` (:mod:`.engines`, :mod:`.trl_launch`), dry run or not,
     and runs nothing here.
     """
-    from creditbench.harness.reproduce.engines import ENGINES
+    from creditbench.tools.reproduce.engines import ENGINES
 
     if engine not in ENGINES:
         raise ReproduceError(f"--engine: must be one of {', '.join(ENGINES)} (got {engine!r})")
@@ -238,7 +238,7 @@ def reproduce(
                 raise ReproduceError(f"{flag}: only with --scale paper (got {value})")
         quick_look = (minutes, flops, n_eval) != (None, None, None) or bool(overrides)
         if card.claims and not quick_look:
-            from creditbench.harness.reproduce.claims import reproduce_claims
+            from creditbench.tools.reproduce.claims import reproduce_claims
 
             return reproduce_claims(
                 card,
@@ -280,7 +280,7 @@ def reproduce(
         print("runs: " + ", ".join(run.name for run in runs))
         return 0
     failed = execute(plan, folder)
-    from creditbench.harness.reproduce.report import render_report
+    from creditbench.tools.reproduce.report import render_report
 
     names = {run.name: run.entry for run in runs}
     report = render_report(plan, folder, names, reps=reps, plan_lines=lines)
@@ -293,9 +293,9 @@ def _write_engine_launch(
     """Write and print the ``engine`` launch of ``plan`` into ``folder/<engine>`` (a dry run:
     print it and write nothing). Refused, with nothing written, when a method the card
     proposes cannot run on ``engine``: the launch would test its baselines alone."""
-    from creditbench.harness.bench import run_config
-    from creditbench.harness.reproduce.engines import write_verl_launch
-    from creditbench.harness.reproduce.trl_launch import write_trl_launch
+    from creditbench.tools.bench import run_config
+    from creditbench.tools.reproduce.engines import write_verl_launch
+    from creditbench.tools.reproduce.trl_launch import write_trl_launch
 
     configs = [run_config(run, folder) for run in runs]
     write = write_verl_launch if engine == "verl" else write_trl_launch

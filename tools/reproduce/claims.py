@@ -1,7 +1,7 @@
 """``creditbench reproduce CARD`` at CPU scale: the paper's claims on the standard suite.
 
 A claim ("row A ahead of row B", the card's ``claims``) is tested on the frozen protocol, the
-standard suite (``harness/suites/standard.yaml``): its settings, its budget and its ten seeds,
+standard suite (``tools/suites/standard.yaml``): its settings, its budget and its ten seeds,
 so that its verdict stands on the same runs the leaderboard shows. Most of those runs already
 exist: the committed records of the leaderboard's campaign (``docs/results/standard``, or any
 ``--records``) are read, and only the runs missing from them are trained, into the results
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from creditbench.harness.reproduce.recipe import ReproduceError
 from creditbench.reference.cards import Card
+from creditbench.tools.reproduce.recipe import ReproduceError
 
 SUITE = "standard"
 DEFAULT_RECORDS = Path("docs/results/standard")  # the campaign's committed records
@@ -37,7 +37,7 @@ def claim_rows(card: Card) -> list[str]:
 def claim_runs(card: Card, seeds: int | None = None):
     """The standard suite's runs of the claims' rows in the claims' settings (module doc);
     ``seeds``: only the suite's first that many seeds."""
-    from creditbench.harness.bench import SuiteError, expand_suite, load_suite, suite_path
+    from creditbench.tools.bench import SuiteError, expand_suite, load_suite, suite_path
 
     path = suite_path(SUITE)
     suite = load_suite(path)
@@ -61,8 +61,8 @@ def claim_runs(card: Card, seeds: int | None = None):
 
 def recorded(sources: list[Path]) -> set[str]:
     """The names of the finished runs the records hold."""
+    from creditbench.harness.records.files import RunFormatError
     from creditbench.leaderboard.collect import collect_runs
-    from creditbench.leaderboard.files import RunFormatError
 
     if not sources:
         return set()
@@ -86,17 +86,17 @@ def reproduce_claims(
     reps: int = 2000,
 ) -> int:
     """Check ``card``'s claims on the standard suite (module doc); the exit code."""
-    from creditbench.harness.bench import default_workers
-    from creditbench.harness.bench_plan import (
+    from creditbench.harness.records.rundir import RunDir
+    from creditbench.leaderboard.claims import claims_table, judge, tally
+    from creditbench.tools.bench import default_workers
+    from creditbench.tools.bench_plan import (
         describe_plan,
         estimate_seconds,
         longest_first,
         measured_seconds,
         minutes_text,
     )
-    from creditbench.harness.records.rundir import RunDir
-    from creditbench.harness.reproduce.run import check_configs, publish, train
-    from creditbench.leaderboard.claims import claims_table, judge, tally
+    from creditbench.tools.reproduce.run import check_configs, publish, train
 
     if not card.claims:
         raise ReproduceError(

@@ -1,10 +1,12 @@
-"""The files the leaderboard shares with the harness: reading a run directory, writing atomically.
+"""The run-directory format, shared by the harness that writes it and the leaderboard that reads
+it: reading a run directory, writing atomically, and the area under a learning curve.
 
-A run directory (written by the harness; layout in ``docs/harness.md``) holds ``config.yaml``,
-``metrics.jsonl`` (one JSON record per line) and, once the run has finished, ``summary.json``.
-The leaderboard reads runs through these functions only and never imports the harness; the
-harness's run directory reads and writes through the same functions, so the format is defined
-once, here.
+A run directory (layout in ``docs/harness.md``) holds ``config.yaml``, ``metrics.jsonl`` (one
+JSON record per line) and, once the run has finished, ``summary.json``. The harness's run
+directory reads and writes through these functions, and the leaderboard reads runs through them
+and imports nothing else of the harness, so the format is defined once, here. The module
+imports the standard library, PyYAML and the reference loader only: reading a board never loads
+torch.
 
 Writes are atomic: a reader sees the old file or the new one, never a part of one.
 """
@@ -136,3 +138,11 @@ def read_metric_lines(
                 raise RunFormatError(f'{path}:{number}: "{key}" is missing or not a list')
         out.append((line, record))
     return out
+
+
+def trapezoid(xs: list[float], ys: list[float]) -> float:
+    """Area under the piecewise-linear curve through ``(xs, ys)``; one point gives 0. The AUC a
+    run's ``summary.json`` records and the board's ``auc`` column, computed by one rule."""
+    return sum(
+        (x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:], strict=False)
+    )

@@ -226,8 +226,8 @@ def run_perf(
     methods: list[str] | None = None,
     compare_trl: bool = True,
 ) -> int:
-    from creditbench.harness.tools.perf_compare import OutsideLoad, trl_step_seconds
     from creditbench.harness.training.trainer import Trainer
+    from creditbench.tools.perf_compare import OutsideLoad, trl_step_seconds
 
     budget = ["budget.unit=steps", "budget.amount=1000000"]
     trainers = {}

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
-from creditbench.harness.cli.common import positive_int, usage_error
 from creditbench.methods.registry import UnknownMethodError, get_method, list_methods, method_origin
+from creditbench.tools.cli.common import positive_int, usage_error
 
 TEST_PACKAGES = ("pytest", "hypothesis")
 

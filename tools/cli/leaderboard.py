@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.harness.cli.common import positive_int, usage_error
+from creditbench.tools.cli.common import positive_int, usage_error
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
@@ -36,9 +36,9 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 def _cmd_claims(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from creditbench.harness.records.files import RunFormatError, atomic_write_text
     from creditbench.harness.records.rundir import RunDirError, check_creatable
     from creditbench.leaderboard.claims import claims_page
-    from creditbench.leaderboard.files import RunFormatError, atomic_write_text
     from creditbench.reference.cards import CardError, load_cards
 
     try:
@@ -71,9 +71,9 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from creditbench.harness.bench import SuiteError, run_suite, suite_path
-    from creditbench.leaderboard.files import RunFormatError, atomic_write_text
+    from creditbench.harness.records.files import RunFormatError, atomic_write_text
     from creditbench.leaderboard.validation import validation_report
+    from creditbench.tools.bench import SuiteError, run_suite, suite_path
 
     results = Path(args.results or "runs/bench-validation")
     if args.report_only:

@@ -1,6 +1,6 @@
 """``creditbench bench``: run a suite of methods x seeds x task settings in parallel workers.
 
-A suite is a YAML file in ``harness/suites/`` (or any path)::
+A suite is a YAML file in ``tools/suites/`` (or any path)::
 
     description: one line
     methods: all             # every registered method that is not a reference, or a list
@@ -87,11 +87,11 @@ def suite_path(name: str) -> Path:
         if not candidate.is_file():
             raise SuiteError(f"--suite: {name} does not exist")
         return candidate
-    shipped = resources.files("creditbench.harness") / "suites" / f"{name}.yaml"
+    shipped = resources.files("creditbench.tools") / "suites" / f"{name}.yaml"
     if not shipped.is_file():
         known = sorted(
             p.name[:-5]
-            for p in (resources.files("creditbench.harness") / "suites").iterdir()
+            for p in (resources.files("creditbench.tools") / "suites").iterdir()
             if p.name.endswith(".yaml")
         )
         raise SuiteError(f"--suite: unknown suite {name!r}; known: {', '.join(known)}")
@@ -359,13 +359,6 @@ def run_suite(
     results folder and ``timings`` (:mod:`.bench_plan`); the dry run prints them."""
     from tqdm.auto import tqdm
 
-    from creditbench.harness.bench_plan import (
-        describe_plan,
-        estimate_seconds,
-        longest_first,
-        measured_seconds,
-        minutes_text,
-    )
     from creditbench.harness.config import ConfigError
     from creditbench.harness.records.rundir import (
         RunDir,
@@ -374,6 +367,13 @@ def run_suite(
         check_not_inside_a_run,
     )
     from creditbench.harness.training.trainer import Trainer
+    from creditbench.tools.bench_plan import (
+        describe_plan,
+        estimate_seconds,
+        longest_first,
+        measured_seconds,
+        minutes_text,
+    )
 
     path = suite_path(suite)
     definition = load_suite(path)
@@ -401,7 +401,7 @@ def run_suite(
         except ConfigError as err:
             raise SuiteError(f"{path}: run {run.name}: {err}") from None
     finished = {r.name for r in runs if RunDir(results_dir / r.name).is_finished()}
-    from creditbench.leaderboard.files import RunFormatError
+    from creditbench.harness.records.files import RunFormatError
 
     for source in timings:
         if not Path(source).exists():
@@ -492,7 +492,7 @@ def _run_workers(
                 cmd = [
                     sys.executable,
                     "-m",
-                    "creditbench.harness.cli.main",
+                    "creditbench.tools.cli.main",
                     "train",
                     "--quiet",
                     "--threads",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.harness.cli.common import (
+from creditbench.tools.cli.common import (
     add_set_option,
     positive_int,
     quiet_transformers,
@@ -16,7 +16,7 @@ from creditbench.harness.cli.common import (
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from creditbench.harness.bench import SuiteError, parse_seeds, run_suite
+    from creditbench.tools.bench import SuiteError, parse_seeds, run_suite
 
     quiet_transformers()
     try:

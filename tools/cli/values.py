@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from creditbench.harness.cli.common import (
+from creditbench.tools.cli.common import (
     add_set_option,
     positive_int,
     quiet_transformers,
@@ -19,7 +19,7 @@ from creditbench.harness.cli.common import (
 
 def _cmd_values(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError
-    from creditbench.harness.tools.value_check import run_value_check
+    from creditbench.tools.value_check import run_value_check
 
     for flag, value, least in (("--batches", args.batches, 1), ("--states", args.states, 1),
                                ("--samples", args.samples, 2)):  # fmt: skip

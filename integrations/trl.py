@@ -150,8 +150,8 @@ class CreditGRPOTrainer(GRPOTrainer):
             output, batch, unscorable = self._keep_mixed_groups(output, batch, unscorable)
         step, max_steps = self.state.global_step, self.state.max_steps
         self.credit_services.begin_step(step, step / max_steps if max_steps else 0.0)
-        if self.credit_method.reads_behaviour():
-            statistics = type(self.credit_method).behaviour_statistics
+        if self.credit_method.needs.reads_behaviour:
+            statistics = self.credit_method.needs.behaviour_statistics
             self.credit_services.score_behaviour(batch, statistics)
         if self._reference_logprobs:
             batch.ref_logprobs = self.credit_services.score(batch, model="reference")

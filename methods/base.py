@@ -152,6 +152,53 @@ class LossConfig:
         return aggregate_loss(kl, mask, self.aggregation, normalizers)
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What a method needs from the harness beyond a plain batch of sampled, graded responses.
+
+    One record that the step's plan, the run setup, the engine rule, the TRL adapter and
+    ``creditbench perf`` read; a method sets ``needs = Needs(...)`` with what differs from the
+    defaults. A subclass's record replaces its parent's whole: one that changes a field keeps
+    the others with ``dataclasses.replace(Parent.needs, ...)`` or states them.
+
+    Attributes:
+        behaviour_logprobs: `rollout` or `advantages` read ``batch.old_logprobs``. When False
+            and the update is exactly on-policy (one epoch, one minibatch), the harness skips
+            the scoring pass and takes the behaviour log-probs from the update's own first
+            forward, as TRL does; until then ``old_logprobs`` hold NaN. The conformance suite
+            checks a method that says False.
+        behaviour_statistics: the statistics of the behaviour policy's next-token distribution
+            that `rollout`, `advantages` or `loss_mask` read from ``batch.extras`` (of
+            `methods.contract.BEHAVIOUR_STATISTICS`: its entropy, its Σπ²); the harness then
+            computes them with the behaviour log-probs, in the same scoring pass (which it
+            never skips for such a method).
+        reference_model: `advantages` scores with ``model="reference"`` (the frozen initial
+            policy); the harness then keeps one, whatever ``train.reference_model`` says.
+        step_truth: the step ground-truth keys of ``RolloutBatch.extras`` the method reads (of
+            `methods.contract.STEP_TRUTH_KEYS`); the harness refuses a task that cannot supply
+            them (only the testbed can).
+    """
+
+    behaviour_logprobs: bool = True
+    behaviour_statistics: tuple[str, ...] = ()
+    reference_model: bool = False
+    step_truth: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [key for key in self.step_truth if key not in STEP_TRUTH_KEYS]
+        if unknown:
+            raise ValueError(f"step_truth: not step ground truth: {', '.join(unknown)}")
+        unknown = [key for key in self.behaviour_statistics if key not in BEHAVIOUR_STATISTICS]
+        if unknown:
+            raise ValueError(f"behaviour_statistics: not one the harness computes: {unknown}")
+
+    @property
+    def reads_behaviour(self) -> bool:
+        """Its rollout, advantages or loss mask read the behaviour log-probs or statistics of the
+        behaviour distribution: every batch it trains on needs a scoring pass before them."""
+        return self.behaviour_logprobs or bool(self.behaviour_statistics)
+
+
 class CreditMethod:
     """Base class of every method.
 
@@ -162,26 +209,14 @@ class CreditMethod:
         Config: the hyper-parameter dataclass.
         group_local: advantages of a group depend on that group alone (False for methods
             that whiten over the whole batch, like REINFORCE++).
-        reference: needs ground truth that real tasks do not have (oracle credit).
+        needs: what the method needs from the harness (`Needs`): behaviour log-probs and
+            statistics, a reference model, step ground truth.
+        reference: the method is a reference point of the board, not a contender: the exact
+            credit the testbed alone can compute (the oracle), the 1 of the GRPO(0) -> oracle(1)
+            scale.
         decoding_variants: the prompt variants a training-free decoding rule of the method's
             paper compares with the plain prompt (SCAPO's drift filter), or empty when it has
             none; the rule itself is `decoding_mask`. ``creditbench eval --decode-with NAME``.
-        requires_extras: step ground-truth keys of ``RolloutBatch.extras`` the method reads
-            (of `methods.contract.STEP_TRUTH_KEYS`); the harness refuses a task that cannot
-            supply them.
-        needs_behaviour_logprobs: `rollout` or `advantages` read ``batch.old_logprobs``. When
-            False and the update is exactly on-policy (one epoch, one minibatch), the harness
-            skips the scoring pass and takes the behaviour log-probs from the update's own
-            first forward, as TRL does; until then ``old_logprobs`` hold NaN. The conformance
-            suite checks a method that says False.
-        behaviour_statistics: the statistics of the behaviour policy's next-token distribution
-            that `rollout`, `advantages` or `loss_mask` read from ``batch.extras`` (of
-            `methods.contract.BEHAVIOUR_STATISTICS`: its entropy, its Σπ²); the harness then
-            computes them with the behaviour log-probs, in the same scoring pass (which it
-            never skips for such a method).
-        needs_reference_model: `advantages` scores with ``model="reference"`` (the frozen
-            initial policy); the harness then keeps one, whatever ``train.reference_model``
-            says.
         reduces_to: the options under which the method's advantages are another method's
             (`methods.contract.Reduction`); the conformance suite checks each.
         opt_outs: ``{check: why}`` for a meaning check of the conformance suite the method
@@ -193,37 +228,22 @@ class CreditMethod:
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
     Config: ClassVar[type[LossConfig]] = LossConfig
+    needs: ClassVar[Needs] = Needs()
     group_local: ClassVar[bool] = True
     reference: ClassVar[bool] = False
-    requires_extras: ClassVar[tuple[str, ...]] = ()
     decoding_variants: ClassVar[tuple[str, ...]] = ()
-    needs_behaviour_logprobs: ClassVar[bool] = True
-    behaviour_statistics: ClassVar[tuple[str, ...]] = ()
-    needs_reference_model: ClassVar[bool] = False
     reduces_to: ClassVar[tuple[Reduction, ...]] = ()
     opt_outs: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
         self.config = config if config is not None else self.config_class(overrides)(**overrides)
-        unknown = [key for key in self.requires_extras if key not in STEP_TRUTH_KEYS]
-        if unknown:
-            raise ValueError(f"requires_extras: not step ground truth: {', '.join(unknown)}")
-        unknown = [key for key in self.behaviour_statistics if key not in BEHAVIOUR_STATISTICS]
-        if unknown:
-            raise ValueError(f"behaviour_statistics: not one the harness computes: {unknown}")
-
-    @classmethod
-    def reads_behaviour(cls) -> bool:
-        """Its rollout, advantages or loss mask read the behaviour log-probs or statistics of the
-        behaviour distribution: every batch it trains on needs a scoring pass before them."""
-        return cls.needs_behaviour_logprobs or bool(cls.behaviour_statistics)
 
     @property
     def needs_reference(self) -> bool:
         """A frozen reference model is needed: the method scores with it
-        (``needs_reference_model``), or its Config has a term that reads reference log-probs
+        (``Needs.reference_model``), or its Config has a term that reads reference log-probs
         (``LossConfig.needs_reference_logprobs``)."""
-        return type(self).needs_reference_model or self.config.needs_reference_logprobs
+        return self.needs.reference_model or self.config.needs_reference_logprobs
 
     @classmethod
     def config_class(cls, options: Mapping[str, Any] | None = None) -> type[LossConfig]:

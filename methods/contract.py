@@ -99,7 +99,7 @@ BEHAVIOUR_ENTROPY = _declare(
         "[B, T]",
         "the behaviour policy's entropy (of the tempered distribution, in nats) at each response "
         "token, from the scoring pass; on the batches of a method that lists it in "
-        "behaviour_statistics",
+        "Needs.behaviour_statistics",
     )
 )
 
@@ -109,14 +109,14 @@ BEHAVIOUR_SUM_PI_SQUARED = _declare(
         "[B, T]",
         "Σ_v π(v)² of the behaviour policy's tempered distribution at each response token (the "
         "chance that two draws agree), from the scoring pass; on the batches of a method that "
-        "lists it in behaviour_statistics",
+        "lists it in Needs.behaviour_statistics",
     )
 )
 
 BEHAVIOUR_STATISTICS: tuple[ExtraKey, ...] = (BEHAVIOUR_ENTROPY, BEHAVIOUR_SUM_PI_SQUARED)
 """Statistics of the behaviour policy's whole next-token distribution that the scoring pass
 computes beside the log-probs, for a method that lists them in
-``CreditMethod.behaviour_statistics``."""
+``Needs.behaviour_statistics``."""
 
 STEP_TRUTH_KEYS: tuple[ExtraKey, ...] = (
     FIRST_WRONG_MASK,
@@ -125,7 +125,7 @@ STEP_TRUTH_KEYS: tuple[ExtraKey, ...] = (
     FILLER_MASK,
 )
 """Step ground truth a step-checked task (the testbed) attaches to every graded batch; a method
-that reads one lists it in ``CreditMethod.requires_extras``."""
+that reads one lists it in ``Needs.step_truth``."""
 
 
 # --------------------------------------------------------------------------------------------

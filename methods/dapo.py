@@ -57,7 +57,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, Services
+from .base import CreditMethod, LossConfig, Needs, Services
 from .contract import ALL_GROUPS, MIXED_GROUPS, GroupFilter, Reduction
 from .core import (
     RolloutBatch,
@@ -153,7 +153,7 @@ class DAPO(CreditMethod):
     reduces_to: ClassVar[tuple[Reduction, ...]] = (
         Reduction("grpo", {"overlong_shaping": False}, "DAPO §3: Eq. 8's advantage"),
     )
-    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    needs = Needs(behaviour_logprobs=False)  # its rollout and advantages never read them
     config: DAPOConfig
 
     def rollout(self, services: Services) -> RolloutBatch:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .base import SINGLETON_RULES, CreditMethod, LossConfig, check_fields
+from .base import SINGLETON_RULES, CreditMethod, LossConfig, Needs, check_fields
 from .contract import Services
 from .core import RolloutBatch, broadcast_to_tokens, group_normalized_scores
 from .registry import register_method
@@ -92,7 +92,7 @@ class DrGRPO(CreditMethod):
     summary = "GRPO without std scaling and without 1/|o| length normalisation"
     paper = "Understanding R1-Zero-Like Training: A Critical Perspective (arXiv 2503.20783)"
     Config = DrGRPOConfig
-    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    needs = Needs(behaviour_logprobs=False)  # its rollout and advantages never read them
     config: DrGRPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

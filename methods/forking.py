@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import Services
+from .base import Needs, Services
 from .contract import BEHAVIOUR_ENTROPY, Reduction
 from .core import RolloutBatch
 from .dapo import DAPO, DAPOConfig
@@ -87,7 +87,7 @@ class ForkingTokens(DAPO):
     # ρ = 1 keeps every token's credit: DAPO on all tokens, the paper's baseline (Table 2)
     reduces_to = (Reduction("dapo", {"rho": 1.0}, "the 100% row of the paper's Table 2"),)
     group_local = False  # τ_ρ is a quantile of the whole batch's entropies
-    behaviour_statistics = (BEHAVIOUR_ENTROPY,)
+    needs = Needs(behaviour_logprobs=False, behaviour_statistics=(BEHAVIOUR_ENTROPY,))
     config: ForkingConfig
 
     def forking(self, batch: RolloutBatch) -> Tensor:

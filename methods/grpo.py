@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, check_fields
+from .base import CreditMethod, LossConfig, Needs, check_fields
 from .contract import Services
 from .core import RolloutBatch, broadcast_to_tokens, group_normalized_scores
 from .registry import register_method
@@ -107,7 +107,7 @@ class GRPO(CreditMethod):
     summary = "one z-scored group advantage for every token of a response"
     paper = "DeepSeekMath: Pushing the Limits of Mathematical Reasoning (arXiv 2402.03300)"
     Config = GRPOConfig
-    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    needs = Needs(behaviour_logprobs=False)  # its rollout and advantages never read them
     config: GRPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

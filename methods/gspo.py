@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
+from .base import CreditMethod, LossConfig, Needs
 from .contract import Services
 from .core import RolloutBatch, broadcast_to_tokens, group_normalized_scores, sequence_log_ratio
 from .registry import register_method
@@ -79,7 +79,7 @@ class GSPO(CreditMethod):
     summary = "group advantage with a clipped, length-normalised sequence importance ratio"
     paper = "Group Sequence Policy Optimization (arXiv 2507.18071)"
     Config = GSPOConfig
-    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    needs = Needs(behaviour_logprobs=False)  # its rollout and advantages never read them
     config: GSPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

@@ -41,7 +41,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from .base import Services
+from .base import Needs, Services
 from .contract import BEHAVIOUR_ENTROPY, Reduction
 from .core import RolloutBatch
 from .dapo import DAPO, DAPOConfig
@@ -146,7 +146,7 @@ class GTPO(DAPO):
     # α2 = 0 leaves ±α1 z-scored over tokens, which weighs a response by its length: not
     # DAPO's per-response score, so no reduction is declared (and DAPO's is not inherited)
     reduces_to: ClassVar[tuple[Reduction, ...]] = ()
-    behaviour_statistics = (BEHAVIOUR_ENTROPY,)
+    needs = Needs(behaviour_logprobs=False, behaviour_statistics=(BEHAVIOUR_ENTROPY,))
     config: GTPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

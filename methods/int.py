@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, check_fields
+from .base import CreditMethod, Needs, check_fields
 from .contract import PROBLEM_INDEX, Services, method_extra
 from .core import RolloutBatch, broadcast_to_tokens, concat_batches
 from .grpo import GRPOConfig, grpo_scores
@@ -157,7 +157,7 @@ class InT(CreditMethod):
     summary = "SFT on the policy's own one-step repairs of failed attempts, then GRPO"
     paper = "InT: Self-Proposed Interventions Enable Credit Assignment (arXiv 2601.14209)"
     Config = InTConfig
-    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    needs = Needs(behaviour_logprobs=False)  # its rollout and advantages never read them
     config: InTConfig
 
     def rollout(self, services: Services) -> RolloutBatch:

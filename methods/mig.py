@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, check_fields
+from .base import CreditMethod, LossConfig, Needs, check_fields
 from .contract import Services, method_extra
 from .core import (
     Normalizers,
@@ -147,7 +147,7 @@ class MIG(CreditMethod):
     summary = "process credit from each step's gain in the answer's likelihood above a watermark"
     paper = "Discovering Process-Outcome Credit in Multi-Step LLM Reasoning (arXiv 2602.01034)"
     Config = MIGConfig
-    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    needs = Needs(behaviour_logprobs=False)  # its rollout and advantages never read them
     config: MIGConfig
 
     def rollout(self, services: Services) -> RolloutBatch:

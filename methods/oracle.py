@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod
+from .base import CreditMethod, Needs
 from .contract import (
     AFTER_WRONG_MASK,
     DIRECTION,
@@ -179,10 +179,13 @@ class Oracle(CreditMethod):
         "whose right steps are long can sum to more than a short passed one; its step sums "
         "R - V(s_0) are ordered by R (tests/test_oracle.py)"
     }
-    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    # its rollout and advantages never read the behaviour log-probs; they read the step truth
+    needs = Needs(
+        behaviour_logprobs=False,
+        step_truth=(FIRST_WRONG_MASK, AFTER_WRONG_MASK, WRONG_STEP_MASK, FILLER_MASK),
+    )
     config: OracleConfig
     reference = True
-    requires_extras = (FIRST_WRONG_MASK, AFTER_WRONG_MASK, WRONG_STEP_MASK, FILLER_MASK)
 
     def rollout(self, services: Services) -> RolloutBatch:
         batch = services.sample_batch()
@@ -218,7 +221,7 @@ class Oracle(CreditMethod):
             if cfg.whiten:  # over the tokens that carry credit: fillers stay 0
                 advantages = masked_whiten(advantages, batch.response_mask * (1.0 - filler))
             return advantages
-        missing = [key for key in self.requires_extras if key not in extras]
+        missing = [key for key in self.needs.step_truth if key not in extras]
         if missing:
             raise ValueError(
                 f"oracle needs the step ground truth; the batch lacks {', '.join(missing)}"

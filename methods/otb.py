@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, check_fields
+from .base import CreditMethod, LossConfig, Needs, check_fields
 from .contract import BEHAVIOUR_SUM_PI_SQUARED, Services
 from .core import RolloutBatch
 from .registry import register_method
@@ -140,7 +140,7 @@ class OTB(CreditMethod):
         "The Optimal Token Baseline: Variance Reduction for Long-Horizon LLM-RL (arXiv 2602.07078)"
     )
     Config = OTBConfig
-    behaviour_statistics = (BEHAVIOUR_SUM_PI_SQUARED,)
+    needs = Needs(behaviour_statistics=(BEHAVIOUR_SUM_PI_SQUARED,))
     config: OTBConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, check_fields
+from .base import CreditMethod, LossConfig, Needs, check_fields
 from .contract import Reduction, Services, method_extra
 from .core import RolloutBatch, broadcast_to_tokens, group_normalized_scores
 from .registry import register_method
@@ -125,7 +125,7 @@ class PPPO(CreditMethod):
         "Well Begun, Half Done: Reinforcement Learning with Prefix Optimization (arXiv 2512.15274)"
     )
     Config = PPPOConfig
-    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    needs = Needs(behaviour_logprobs=False)  # its rollout and advantages never read them
     reduces_to = (
         Reduction(
             "grpo",

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, check_fields
+from .base import CreditMethod, LossConfig, Needs, check_fields
 from .contract import DIRECTION, Services
 from .core import RolloutBatch, group_mean_std, masked_mean
 from .registry import register_method
@@ -199,8 +199,8 @@ class PRIME(CreditMethod):
         "failed response the reward model rates well can out-credit a passed one (Eq. 5)"
     }
     group_local = False  # the advantages are whitened over the whole batch
-    needs_behaviour_logprobs = False  # its advantages never read them
-    needs_reference_model = True
+    # its advantages never read the behaviour log-probs; its implicit PRM scores the reference
+    needs = Needs(behaviour_logprobs=False, reference_model=True)
     config: PRIMEConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

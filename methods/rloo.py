@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import SINGLETON_RULES, CreditMethod, LossConfig, check_fields
+from .base import SINGLETON_RULES, CreditMethod, LossConfig, Needs, check_fields
 from .contract import Services
 from .core import RolloutBatch, broadcast_to_tokens, group_mean_std
 from .registry import register_method
@@ -86,7 +86,7 @@ class RLOO(CreditMethod):
     summary = "REINFORCE with the mean reward of the other responses as baseline"
     paper = "Back to Basics: Revisiting REINFORCE Style Optimization for RLHF (arXiv 2402.14740)"
     Config = RLOOConfig
-    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    needs = Needs(behaviour_logprobs=False)  # its rollout and advantages never read them
     config: RLOOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

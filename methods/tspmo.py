@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
+from .base import CreditMethod, LossConfig, Needs
 from .contract import Services
 from .core import RolloutBatch
 from .prefix_tree import class_sizes, node_values, response_tree
@@ -78,7 +78,7 @@ class TSPMO(CreditMethod):
     summary = "credit only where the group parts: mean reward after a token minus before it"
     paper = "Token-Efficient RL for LLM Reasoning (arXiv 2504.20834)"
     Config = TSPMOConfig
-    needs_behaviour_logprobs = False  # its advantages never read them
+    needs = Needs(behaviour_logprobs=False)  # its advantages never read them
     config: TSPMOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig, check_fields
+from .base import CreditMethod, LossConfig, Needs, check_fields
 from .contract import Services
 from .core import AGG_MODES, Normalizers, RolloutBatch, aggregate_loss, masked_whiten
 from .registry import register_method
@@ -115,7 +115,7 @@ class VinePPO(CreditMethod):
     paper = "VinePPO: Refining Credit Assignment in RL Training of LLMs (arXiv 2410.01679)"
     Config = VinePPOConfig
     group_local = False  # whitening over the batch mixes groups
-    needs_behaviour_logprobs = False  # its rollout and advantages never read them
+    needs = Needs(behaviour_logprobs=False)  # its rollout and advantages never read them
     config: VinePPOConfig
 
     def rollout(self, services: Services) -> RolloutBatch:

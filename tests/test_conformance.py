@@ -43,8 +43,8 @@ def test_the_behaviour_logprob_check_catches_a_method_that_reads_them() -> None:
             )
         # the failure says which promise broke and how to fix it, not "Tensor-likes ..." alone
         message = str(failed.value)
-        assert message.startswith("broken promise: needs_behaviour_logprobs = False")
-        assert "Fix: set needs_behaviour_logprobs = True" in message
+        assert message.startswith("broken promise: Needs(behaviour_logprobs=False)")
+        assert "Fix: set Needs(behaviour_logprobs=True)" in message
     finally:
         del registry._REGISTRY["peeking"]
 

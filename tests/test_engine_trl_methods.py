@@ -114,7 +114,7 @@ def _builtin_batch(testbed, trl_batch, method_cls, args):
         reference=copy.deepcopy(policy).requires_grad_(False) if instance.needs_reference else None,
         policy_optimizer=adamw_like_trl(args),
     )
-    services.begin_step(StepPlan(0, behaviour_statistics=method_cls.behaviour_statistics))
+    services.begin_step(StepPlan(0, behaviour_statistics=method_cls.needs.behaviour_statistics))
     lengths = trl_batch.response_mask.sum(-1).long().tolist()
     responses = [row[:n].tolist() for row, n in zip(trl_batch.response_ids, lengths, strict=True)]
     batch = services.batch_from_responses(trl_batch.extra("problem_index"), responses)
@@ -132,7 +132,8 @@ def test_a_method_inside_trl_gives_the_builtin_trainers_advantages(testbed, tmp_
     assert torch.equal(batch.response_mask[:, :width], trl_batch.response_mask)
     assert torch.equal(batch.rewards, trl_batch.rewards)  # TRL's reward function is the grader
     assert torch.equal(batch.truncated, trl_batch.truncated)
-    if method_cls.reads_behaviour():  # TRL's model before the update, as the builtin's scoring pass
+    # TRL's model before the update, as the builtin's scoring pass
+    if method_cls.needs.reads_behaviour:
         torch.testing.assert_close(
             batch.old_logprobs[:, :width], trl_batch.old_logprobs, atol=1e-5, rtol=1e-5
         )

@@ -109,7 +109,7 @@ def test_a_batch_without_entropy_and_a_bad_rho_are_refused():
     for rho in (0.0, 1.5, -0.2):
         with pytest.raises(ValueError, match="^rho:"):
             ForkingConfig(rho=rho)
-    assert ForkingTokens.behaviour_statistics == (BEHAVIOUR_ENTROPY,)
+    assert ForkingTokens.needs.behaviour_statistics == (BEHAVIOUR_ENTROPY,)
     assert not ForkingTokens.group_local
 
 

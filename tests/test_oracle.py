@@ -35,7 +35,7 @@ def _scores(batch) -> torch.Tensor:
 def test_registered_as_a_reference_that_needs_ground_truth() -> None:
     cls = get_method("oracle")
     assert cls is Oracle and cls.reference
-    assert set(cls.requires_extras) == {
+    assert set(cls.needs.step_truth) == {
         "first_wrong_mask",
         "after_wrong_mask",
         "wrong_step_mask",

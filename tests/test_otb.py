@@ -143,7 +143,7 @@ def test_a_batch_without_the_statistic_is_refused_and_the_harness_is_told_to_com
     batch = build_batch([2], [2, 2], [1.0, 0.0], seed=0)
     with pytest.raises(ValueError, match="sum of squared probabilities"):
         OTB().advantages(batch, FakeServices())
-    assert OTB.behaviour_statistics == (BEHAVIOUR_SUM_PI_SQUARED,)
+    assert OTB.needs.behaviour_statistics == (BEHAVIOUR_SUM_PI_SQUARED,)
     with pytest.raises(ValueError, match="^eps:"):
         OTBConfig(eps=0.0)
 

@@ -30,7 +30,7 @@ from strategies import rollout_batches
 def test_registered_with_the_papers_defaults():
     cls = get_method("spo")
     assert cls is SPO and not cls.reference and not cls.group_local
-    assert cls.needs_behaviour_logprobs  # its cutpoints are the behaviour probabilities
+    assert cls.needs.behaviour_logprobs  # its cutpoints are the behaviour probabilities
     cfg = SPOConfig()
     assert (cfg.rho, cfg.cutpoint_interval, cfg.rollouts_per_state) == (0.9, 5, 9)
     assert cfg.kl_coef == 1e-4 and cfg.kl_aggregation == "seq-mean-token-sum" and cfg.whiten

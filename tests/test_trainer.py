@@ -26,7 +26,7 @@ from creditbench.harness.records.rundir import RunDir, RunDirError, RunLockedErr
 from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.training.setup import needs_reference
 from creditbench.harness.training.trainer import NonFiniteError, Trainer
-from creditbench.methods.base import CreditMethod
+from creditbench.methods.base import CreditMethod, Needs
 from creditbench.methods.registry import _REGISTRY, list_methods, register_method
 from creditbench.tools.cli.main import main
 
@@ -60,7 +60,7 @@ class NaNAtStep3(TokenCredit):
 class BlindTokenCredit(TokenCredit):
     """TokenCredit, declared not to read the behaviour log-probs before the update."""
 
-    needs_behaviour_logprobs = False
+    needs = Needs(behaviour_logprobs=False)
 
 
 BLIND_METHOD = "test-blind-token-credit"
@@ -633,7 +633,7 @@ def test_resume_from_a_damaged_checkpoint_is_one_line_naming_it(
         ("grpo", [], False),
         ("grpo", ["method_options.kl_coef=0.04"], True),
         ("grpo", ["train.reference_model=true"], True),
-        ("prime", [], True),  # scores with the reference (needs_reference_model)
+        ("prime", [], True),  # scores with the reference (Needs.reference_model)
     ],
 )
 def test_a_reference_model_comes_from_the_resolved_config(method, options, expected):
@@ -646,7 +646,7 @@ def test_a_reference_model_comes_from_the_resolved_config(method, options, expec
 def test_every_method_whose_defaults_weigh_a_kl_gets_a_reference():
     for name, cls in list_methods().items():
         config = load_config(None, [f"method={name}"])
-        declared = cls().config.needs_reference_logprobs or cls.needs_reference_model
+        declared = cls().config.needs_reference_logprobs or cls.needs.reference_model
         assert needs_reference(config) is declared, name
 
 

@@ -77,7 +77,9 @@ def method_gradients(
     out: dict[str, list[Tensor]] = {name: [] for name in methods}
     first = methods[rollout_by]
     for b in range(batches):
-        statistics = {key for method in methods.values() for key in method.behaviour_statistics}
+        statistics = {
+            key for method in methods.values() for key in method.needs.behaviour_statistics
+        }
         services.begin_step(
             StepPlan(b, behaviour_statistics=tuple(sorted(statistics)), reference_method=True)
         )

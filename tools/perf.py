@@ -163,7 +163,7 @@ def method_steps(trainer, methods: list[str] | None) -> list[dict[str, float | s
     for name, cls in list_methods().items():
         if methods and name not in methods and name != "grpo":
             continue
-        if cls.requires_extras and not services.step_checked:
+        if cls.needs.step_truth and not services.step_checked:
             continue
         method = cls(build_method_config(cls, {}))
         if method.needs_reference:

@@ -5,7 +5,7 @@ the methods `runner.run_checks` was asked to check, or over every registered met
 runs this module (or a test module that imports its checks) directly, so a method added later
 is checked with no new test code. A method is built with its default config and gets
 :class:`~creditbench.harness.conformance.fakes.FakeServices`; batches carry the step ground
-truth a method lists in ``requires_extras``.
+truth a method lists in ``Needs.step_truth``.
 """
 
 from __future__ import annotations
@@ -58,9 +58,12 @@ def batches_for(
     """Batches a method can take: with extras if it reads them, with or without otherwise;
     with ``binary``, pass/fail rewards only."""
     cls = get_method(name)
-    extras = True if cls.requires_extras else None
+    extras = True if cls.needs.step_truth else None
     return rollout_batches(
-        extras=extras, statistics=cls.behaviour_statistics, min_groups=min_groups, binary=binary
+        extras=extras,
+        statistics=cls.needs.behaviour_statistics,
+        min_groups=min_groups,
+        binary=binary,
     )
 
 
@@ -89,9 +92,9 @@ PROMISES = {
         "mask every sum, mean and count with response_mask",
     ),
     "blind": (
-        "needs_behaviour_logprobs = False: rollout and advantages never read "
+        "Needs(behaviour_logprobs=False): rollout and advantages never read "
         "batch.old_logprobs (the harness leaves them NaN until the update)",
-        "set needs_behaviour_logprobs = True, or stop reading old_logprobs before the update",
+        "set Needs(behaviour_logprobs=True), or stop reading old_logprobs before the update",
     ),
     "filter": (
         "group_filter() describes the rollout: it keeps whole groups of plain batches",
@@ -189,10 +192,10 @@ def test_independent_of_padding_length(
 def test_a_method_that_skips_the_scoring_pass_never_reads_behaviour_logprobs(
     name: str, seed: int
 ) -> None:
-    """``needs_behaviour_logprobs = False`` lets the harness leave ``old_logprobs`` NaN until
+    """``Needs(behaviour_logprobs=False)`` lets the harness leave ``old_logprobs`` NaN until
     the update: the method's rollout and advantages must come out the same without them."""
     cls = get_method(name)
-    if cls.needs_behaviour_logprobs:
+    if cls.needs.behaviour_logprobs:
         pytest.skip(f"{name} reads the behaviour log-probs before the update")
 
     class BlindServices(FakeServices):
@@ -457,4 +460,4 @@ def test_method_is_documented(name: str) -> None:
     assert "Deviations" in docs, "the method's docstring must say what it chose (Deviations)"
     assert issubclass(cls.Config, LossConfig)
     assert isinstance(cls(), CreditMethod)
-    assert set(cls.requires_extras) <= set(STEP_TRUTH_KEYS), "unknown key in requires_extras"
+    assert set(cls.needs.step_truth) <= set(STEP_TRUTH_KEYS), "unknown key in Needs.step_truth"

@@ -245,8 +245,8 @@ def unsupported_reason(
     cls = type(instance)
     if cls.reference:
         return "it is a reference: its credit needs the task's ground truth"
-    if cls.requires_extras:
-        return f"it reads step ground truth ({', '.join(cls.requires_extras)})"
+    if cls.needs.step_truth:
+        return f"it reads step ground truth ({', '.join(cls.needs.step_truth)})"
     kept = instance.group_filter()
     if kept is None:
         return (
@@ -262,10 +262,10 @@ def unsupported_reason(
     if cls.loss_mask is not CreditMethod.loss_mask and LOSS_MASK not in engine.gives:
         return f"its loss averages over a token mask of its own, which {engine.name}'s loss lacks"
     if BEHAVIOUR not in engine.gives:
-        if cls.needs_behaviour_logprobs:
+        if cls.needs.behaviour_logprobs:
             return "its credit reads the behaviour log-probs, which an advantage call is not given"
-        if cls.behaviour_statistics:
-            read = " and ".join(cls.behaviour_statistics)
+        if cls.needs.behaviour_statistics:
+            read = " and ".join(cls.needs.behaviour_statistics)
             return (
                 f"its credit reads the behaviour policy's {read}, which an advantage call "
                 "is not given"

@@ -19,7 +19,7 @@ class StepPlan:
             exactly on-policy update of a method that never reads them before): the step's
             batches skip their scoring pass and carry NaN until the update fills them.
         behaviour_statistics: statistics of the behaviour distribution the scoring pass
-            computes beside the log-probs (`CreditMethod.behaviour_statistics`).
+            computes beside the log-probs (`Needs.behaviour_statistics`).
         reference_method: the method is a reference (its passes run uncharged, in
             ``Services.reference_passes``).
     """
@@ -36,10 +36,10 @@ class StepPlan:
         the update is one epoch of one minibatch and the method reads neither the log-probs
         nor statistics of the behaviour distribution."""
         on_policy = train.ppo_epochs == 1 and train.minibatches == 1
-        from_update = train.skip_onpolicy_scoring and on_policy and not method.reads_behaviour()
+        from_update = train.skip_onpolicy_scoring and on_policy and not method.needs.reads_behaviour
         return cls(
             step=step,
             behaviour_from_update=from_update,
-            behaviour_statistics=tuple(method.behaviour_statistics),
+            behaviour_statistics=tuple(method.needs.behaviour_statistics),
             reference_method=type(method).reference,
         )

@@ -67,7 +67,7 @@ def check_run(config: RunConfig, method_cls: Any, task: Any) -> None:
             "in float32: on a GPU every forward pass already computes in bf16 (autocast)"
         )
     supplies = set(STEP_TRUTH_KEYS) if is_step_checked(task) else set()
-    missing = [key for key in method_cls.requires_extras if key not in supplies]
+    missing = [key for key in method_cls.needs.step_truth if key not in supplies]
     if missing:
         raise ConfigError(
             f"method: {config.method!r} needs step ground truth ({', '.join(missing)}) "
@@ -113,7 +113,7 @@ def resolve_device(name: str) -> torch.device:
 
 def needs_reference(config: RunConfig) -> bool:
     """A frozen reference model is loaded when asked for (``train.reference_model``), when the
-    method says it scores with one (``needs_reference_model``), or when the method's resolved
+    method says it scores with one (``Needs.reference_model``), or when the method's resolved
     Config, its defaults included, has a term that reads reference log-probs
     (``LossConfig.needs_reference_logprobs``: a positive KL weight)."""
     from creditbench.harness.config import build_method_config

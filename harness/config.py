@@ -322,12 +322,7 @@ class RunConfig:
 
 def build_method_config(method_cls: Any, options: Mapping[str, Any] | None) -> Any:
     """The method's ``Config`` built from ``options``, errors naming ``method_options.<key>``."""
-    options = dict(options or {})
-    try:
-        config_class = method_cls.config_class(options)
-    except ValueError as err:
-        raise ConfigError(f"method_options.{err}") from None
-    return from_dict(config_class, options, "method_options")
+    return from_dict(method_cls.Config, dict(options or {}), "method_options")
 
 
 # ---------------------------------------------------------------------------------------------

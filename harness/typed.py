@@ -140,7 +140,7 @@ def from_dict(cls: type, data: Any, path: str = "") -> Any:
         raise
     except ValueError as err:
         message = str(err)
-        head = message.split(":", 1)[0]
+        head = message.split(":", 1)[0].split(".", 1)[0]  # "host.eps_high: ..." names host
         if path and head in fields:
             raise ConfigError(f"{path}.{message}") from None
         raise ConfigError(f"{path}: {message}" if path else message) from None

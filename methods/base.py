@@ -10,15 +10,14 @@ names: it calls `CreditMethod.rollout`, `CreditMethod.advantages` and
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from .checks import check_fields
+from .checks import check_fields, check_finite_numbers
 from .contract import (
     ALL_GROUPS,
     BEHAVIOUR_STATISTICS,
@@ -115,13 +114,7 @@ class LossConfig:
     clip: bool = True
 
     def __post_init__(self) -> None:
-        # every number of every method's Config is finite: NaN passes no comparison a range
-        # check makes, and an infinite weight or clip is never what a recipe means (clip=False
-        # is the unclipped loss)
-        for field_ in fields(self):
-            value = getattr(self, field_.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"{field_.name}: must be a finite number (got {value})")
+        check_finite_numbers(self)
         checks = [
             ("eps_low", 0.0 <= self.eps_low < 1.0, "must be in [0, 1)"),
             ("eps_high", self.eps_high >= 0.0, "must be >= 0"),
@@ -227,7 +220,7 @@ class CreditMethod:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
-    Config: ClassVar[type[LossConfig]] = LossConfig
+    Config: ClassVar[type[Any]] = LossConfig
     needs: ClassVar[Needs] = Needs()
     group_local: ClassVar[bool] = True
     reference: ClassVar[bool] = False
@@ -235,8 +228,12 @@ class CreditMethod:
     reduces_to: ClassVar[tuple[Reduction, ...]] = ()
     opt_outs: ClassVar[Mapping[str, str]] = {}
 
-    def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
-        self.config = config if config is not None else self.config_class(overrides)(**overrides)
+    # the method's Config: a LossConfig for a method whose loss is this class's (a rule hosted
+    # on another method keeps its host's loss settings in the host, `methods.compose`)
+    config: Any
+
+    def __init__(self, config: Any = None, **overrides: Any) -> None:
+        self.config = config if config is not None else self.Config(**overrides)
 
     @property
     def needs_reference(self) -> bool:
@@ -244,18 +241,6 @@ class CreditMethod:
         (``Needs.reference_model``), or its Config has a term that reads reference log-probs
         (``LossConfig.needs_reference_logprobs``)."""
         return self.needs.reference_model or self.config.needs_reference_logprobs
-
-    @classmethod
-    def config_class(cls, options: Mapping[str, Any] | None = None) -> type[LossConfig]:
-        """The Config dataclass ``options`` are read into: ``Config``, unless an option picks
-        another (OPPO's ``base`` chooses the recipe whose fields and defaults it runs on).
-        Raises ``ValueError("field: rule (got value)")`` for an option that picks none."""
-        return cls.Config
-
-    @classmethod
-    def config_classes(cls) -> tuple[type[LossConfig], ...]:
-        """Every Config dataclass `config_class` can return (the docs list their fields)."""
-        return (cls.Config,)
 
     def decoding_mask(self, logp0: Tensor, logpk: Tensor, eos_id: int, threshold: float) -> Tensor:
         """The tokens the method's decoding rule masks, bool ``[R, V]``, from next-token
@@ -313,7 +298,7 @@ class CreditMethod:
         top-K distillation); statistics of the step that are not the loss's go through
         ``services.report``, never through state kept on the method.
         """
-        cfg = self.config
+        cfg: LossConfig = self.config
         mask = batch.response_mask
         # Averaged over the loss mask's tokens; a token outside it has zero advantage, so the
         # sum over the response mask is the same (and a micro-batch's sum is its share).

@@ -6,59 +6,89 @@ host recipe: its rollout filter (DAPO's dynamic sampling), its reward shaping (D
 buffer is added to the token-level reward the estimator reads), its clip range and its loss
 aggregation. `HostedCredit` does the same for a method here.
 
-The method's option ``base`` names the host. Its Config is the host's Config (fields and
-defaults) plus the rule's own fields, so ``base: dapo`` brings clip-higher, ``token-mean`` and
-dynamic sampling without restating them. The host's `CreditMethod.rollout`,
+The host is an option, not a parent class. The rule's Config (a `HostedConfig`) holds the
+rule's own fields, ``base``, the name of the host, and ``host``, the host's own options, nested
+as in verl's config (``{base: dapo, host: {eps_high: 0.3}}``); the host is built from them as
+any method is, with the host's defaults, so ``base: dapo`` brings clip-higher, ``token-mean``
+and dynamic sampling without restating them. The host's `CreditMethod.rollout`,
 `CreditMethod.loss` and `CreditMethod.loss_mask` run unchanged; the rule computes its
 advantages from the host's `CreditMethod.outcome_rewards` and leaves zero the responses the
 host's `CreditMethod.trained_responses` excludes.
 
-A hosted method lists its hosts in ``hosts``: ``{base name: (host class, Config class)}``, the
-first entry being the default, and each Config class subclasses the host's Config and has a
-field ``base`` whose default is that name.
+A hosted method's Config lists its hosts in ``hosts``: ``{base name: host method class}``, the
+default ``base`` among them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from torch import Tensor
 
-from .base import CreditMethod, LossConfig
+from .base import CreditMethod
+from .checks import check_finite_numbers
 from .contract import Services
 from .core import Normalizers, RolloutBatch
 
-__all__ = ["HostedCredit"]
+__all__ = ["HostedConfig", "HostedCredit"]
+
+
+@dataclass
+class HostedConfig:
+    """The fields every hosted rule's Config has: the host by name, and its options.
+
+    A subclass sets ``hosts`` and the default of ``base``, and adds the rule's own fields.
+    An unknown host, or a host option the host's Config refuses, is a ``ValueError`` naming the
+    field (``base``, ``host.<option>``), as every Config's range checks are.
+    """
+
+    hosts: ClassVar[dict[str, type[CreditMethod]]] = {}
+
+    base: str = ""
+    host: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_finite_numbers(self)
+        if self.base not in self.hosts:
+            known = ", ".join(self.hosts)
+            raise ValueError(f"base: must be one of {known} (got {self.base!r})")
+        if not isinstance(self.host, Mapping):
+            raise ValueError(
+                f"host: must be a mapping of {self.base}'s options (got {self.host!r})"
+            )
+        self.host_config()  # a refused host option fails here, with the config
+
+    def host_config(self) -> Any:
+        """The host's Config built from ``host``, its defaults for the rest."""
+        host_class = self.hosts[self.base].Config
+        known = {f.name for f in fields(host_class)}
+        unknown = sorted(set(self.host) - known)
+        if unknown:
+            listed = ", ".join(sorted(known))
+            raise ValueError(f"host.{unknown[0]}: not an option of {self.base} (known: {listed})")
+        try:
+            return host_class(**self.host)
+        except ValueError as err:
+            raise ValueError(f"host.{err}") from None
 
 
 class HostedCredit(CreditMethod):
     """A credit method that runs inside a host method's sampling and loss (see the module)."""
 
-    hosts: ClassVar[dict[str, tuple[type[CreditMethod], type[LossConfig]]]] = {}
+    config: HostedConfig
 
-    @classmethod
-    def config_class(cls, options: Mapping[str, Any] | None = None) -> type[LossConfig]:
-        default = next(iter(cls.hosts))
-        base = (options or {}).get("base", default)
-        if base not in cls.hosts:
-            raise ValueError(f"base: must be one of {', '.join(cls.hosts)} (got {base!r})")
-        return cls.hosts[base][1]
-
-    @classmethod
-    def config_classes(cls) -> tuple[type[LossConfig], ...]:
-        return tuple(config_class for _, config_class in cls.hosts.values())
-
-    def __init__(self, config: LossConfig | None = None, **overrides: Any) -> None:
+    def __init__(self, config: HostedConfig | None = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)
-        base = str(getattr(self.config, "base", ""))
-        if base not in self.hosts or not isinstance(self.config, self.hosts[base][1]):
-            raise ValueError(
-                f"base: {type(self.config).__name__} does not host on {base!r}; "
-                f"build the config with {type(self).__name__}.config_class(options)"
-            )
-        # The host shares the config object: its fields are the host's own.
-        self.host: CreditMethod = self.hosts[base][0](self.config)
+        if not isinstance(self.config, HostedConfig):
+            raise ValueError(f"config: a {type(self).__name__} needs a HostedConfig")
+        self.host: CreditMethod = self.config.hosts[self.config.base](self.config.host_config())
+
+    @property
+    def needs_reference(self) -> bool:
+        """The rule's own need of a reference model, or the host's (a KL term of its loss)."""
+        return self.needs.reference_model or self.host.needs_reference
 
     def rollout(self, services: Services) -> RolloutBatch:
         return self.host.rollout(services)

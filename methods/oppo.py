@@ -18,8 +18,9 @@ frozen stronger model (``oracle="teacher"``: the teacher scores both the plain a
 prompt). Â replaces the host recipe's advantage inside the host's sampling and loss: the
 paper's rows are "GRPO + OPPO" and "DAPO + OPPO", OPPO run as verl's advantage estimator in
 verl's GRPO or DAPO trainer. ``base`` names the host (`methods.compose`): ``grpo`` (the
-default; GRPO's clip 0.2 and ``seq-mean-token-mean``) or ``dapo`` (DAPO's fields and defaults:
-clip-higher 0.28, ``token-mean``, dynamic sampling, overlong shaping).
+default; GRPO's clip 0.2 and ``seq-mean-token-mean``) or ``dapo`` (DAPO's defaults:
+clip-higher 0.28, ``token-mean``, dynamic sampling, overlong shaping); ``host`` holds the host's
+own options (``{base: dapo, host: {overlong_shaping: false}}``).
 
 Defaults: ε = 1e-4, γ = 1, no whitening (the ``OppoConfig`` of a verl fork that is probably the
 authors'); c = 3.
@@ -42,8 +43,8 @@ Deviations (the paper leaves these open; each is an option):
       group-local).
     - On a host that shapes rewards (DAPO's overlong punishment), R and r̄ are the shaped
       reward, as verl's DAPO reward manager (``verl/workers/reward_manager/dapo.py``) adds
-      the penalty to the reward every estimator reads; ``overlong_shaping: false`` gives the
-      task reward. Responses the host trains on nothing (DAPO's all-equal groups when the
+      the penalty to the reward every estimator reads; ``host: {overlong_shaping: false}``
+      gives the task reward. Responses the host trains on nothing (DAPO's all-equal groups when the
       refill rounds ran out) get Â = 0.
     - The contrastive "R = 0 oracle" denominator (a wrong answer in the prompt) is not offered:
       the tasks have no prompt variant carrying a wrong answer.
@@ -52,16 +53,17 @@ Deviations (the paper leaves these open; each is an option):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from .base import check_fields
-from .compose import HostedCredit
+from .base import CreditMethod, check_fields
+from .compose import HostedConfig, HostedCredit
 from .contract import Reduction, Services
 from .core import RolloutBatch, group_mean_std, masked_whiten
-from .dapo import DAPO, DAPOConfig
-from .grpo import GRPO, GRPOConfig
+from .dapo import DAPO
+from .grpo import GRPO
 from .registry import register_method
 
 ORACLES = ("self", "teacher")
@@ -157,8 +159,11 @@ def oppo_advantages(
 
 
 @dataclass
-class OPPOOptions:
-    """OPPO's own fields, on whichever host recipe ``base`` names (`methods.compose`)."""
+class OPPOConfig(HostedConfig):
+    """OPPO's own fields, on the host recipe ``base`` names with the host's own options in
+    ``host`` (`methods.compose`): "GRPO + OPPO" by default, "DAPO + OPPO" with ``base: dapo``."""
+
+    hosts: ClassVar[dict[str, type[CreditMethod]]] = {"grpo": GRPO, "dapo": DAPO}
 
     base: str = "grpo"
     oracle: str = "self"
@@ -171,10 +176,10 @@ class OPPOOptions:
     whiten: bool = False
     base_mix: float = 0.0
 
-    def check_options(self, base: str) -> None:
+    def __post_init__(self) -> None:
+        super().__post_init__()
         clip, denominator = self.evidence_clip, self.teacher_denominator
         checks = [
-            ("base", self.base == base, f"must be {base} in {type(self).__name__}"),
             ("oracle", self.oracle in ORACLES, f"must be one of {', '.join(ORACLES)}"),
             ("teacher_denominator", denominator in DENOMINATORS, "must be teacher or policy"),
             ("prior_eps", 0.0 < self.prior_eps < 0.5, "must be in (0, 0.5)"),
@@ -185,27 +190,6 @@ class OPPOOptions:
             ("base_mix", 0.0 <= self.base_mix <= 1.0, "must be in [0, 1]"),
         ]
         check_fields(self, checks)
-
-
-@dataclass
-class OPPOConfig(OPPOOptions, GRPOConfig):
-    """GRPO + OPPO (the default): GRPO's fields and loss settings, then OPPO's."""
-
-    def __post_init__(self) -> None:
-        GRPOConfig.__post_init__(self)
-        self.check_options("grpo")
-
-
-@dataclass
-class OPPOOnDAPOConfig(OPPOOptions, DAPOConfig):
-    """DAPO + OPPO: DAPO's fields and defaults (clip-higher, token-mean, dynamic sampling,
-    overlong shaping), then OPPO's."""
-
-    base: str = "dapo"
-
-    def __post_init__(self) -> None:
-        DAPOConfig.__post_init__(self)
-        self.check_options("dapo")
 
 
 @register_method("oppo")
@@ -221,8 +205,7 @@ class OPPO(HostedCredit):
         Reduction("grpo", {"base_mix": 1.0}, "ours: Â = 1·A_base + 0·Â"),
         Reduction("dapo", {"base": "dapo", "base_mix": 1.0}, "ours: on DAPO, DAPO's A_base"),
     )
-    hosts = {"grpo": (GRPO, OPPOConfig), "dapo": (DAPO, OPPOOnDAPOConfig)}
-    config: OPPOConfig | OPPOOnDAPOConfig
+    config: OPPOConfig
 
     def advantages(self, batch: RolloutBatch, services: Services | None = None) -> Tensor:
         cfg = self.config

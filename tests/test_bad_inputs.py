@@ -468,7 +468,7 @@ def _float_fields():
 
     seen = {}
     for cls in list_methods().values():
-        for config in cls.config_classes():
+        for config in (cls.Config,):
             for field in dataclasses.fields(config):
                 if isinstance(field.default, float) or field.default is None:
                     seen.setdefault((config.__name__, field.name), (config, field.name))

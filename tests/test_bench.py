@@ -97,7 +97,10 @@ def test_a_suite_runs_named_variants_of_a_method(tmp_path):
     ]
     assert 'method_options.base="dapo"' in runs[1].overrides
     config = run_config(runs[1], tmp_path)
-    assert config.method == "oppo" and config.method_options["eps_high"] == 0.28
+    assert config.method == "oppo" and config.method_options["base"] == "dapo"
+    from creditbench.methods.oppo import OPPO
+
+    assert OPPO(**config.method_options).host.config.eps_high == 0.28  # DAPO's default
     for text, message in [
         ("methods: [{name: a, method: nosuch}]", "unknown method 'nosuch'"),
         ("methods: [{name: A-b, method: grpo}]", "a variant's name is a-z"),

@@ -1,8 +1,8 @@
 """Every default of every method's Config cites its source.
 
 Each method page in ``docs/methods/`` has a section ``## Config fields`` with a table
-``| field | default | source |``: one row per dataclass field of every Config class the method
-can be configured with (``cls.config_classes()``), inherited `LossConfig` fields included.
+``| field | default | source |``: one row per dataclass field of the method's Config class
+(``cls.Config``), inherited `LossConfig` fields included.
 
 The rules this file checks:
 
@@ -13,17 +13,16 @@ The rules this file checks:
   ``builtin`` (`methods.registry.method_origin`).
 - **Which table** a Config class is checked against: inside the section, every ``###``
   sub-heading starts a new table. A Config class of method ``m`` goes to the table under the
-  sub-heading that names ``m`` in backticks (``### `reinforce_pp_baseline` ``); else, when the
-  class has a field ``base``, to the table under the sub-heading ``### base: <its default>``
-  (OPPO's hosts); else to the table before any sub-heading.
+  sub-heading that names ``m`` in backticks (``### `reinforce_pp_baseline` ``); else to the
+  table before any sub-heading.
 - **Rows**: the first cell is the field name in backticks; every field has exactly one row in
   its table; every row of a table names a field of some Config class checked against that
   table (no row outlives a renamed or removed field), and every table has such a class.
 - **Default cell**: the dataclass default, written as ``null`` (None), ``true``/``false``, a
   number (compared numerically: ``1e-6`` matches ``1e-06``), a string bare or in backticks, or
-  ``[a, b]`` for a tuple or list. On a page with several methods a cell may give one default
-  per method, ``rrpo: 0.5; srpo: 1.0`` (names bare or in backticks); each method is compared
-  with its own.
+  ``[a, b]`` for a tuple or list, ``{}`` for an empty mapping. On a page with several methods
+  a cell may give one default per method, ``rrpo: 0.5; srpo: 1.0`` (names bare or in
+  backticks); each method is compared with its own.
 - **Source cell**: not empty, and either starts with "ours" (a choice of this project, with its
   reason) or holds a citation: §, Table, Eq., App./Appendix, arXiv, a path with ``/``, or the
   name of a framework whose code is cited (verl, TRL, OpenRLHF, EasyR1).
@@ -51,7 +50,6 @@ REGISTERED = re.compile(r"^\s*[-*]\s+Registered names?:(.*)$", re.MULTILINE)
 BACKTICKED = re.compile(r"`([^`]+)`")
 FIELD_CELL = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
-BASE_HEADING = re.compile(r"base:\s*`?([\w.-]+)`?")
 CITATION = re.compile(
     r"§|\bTable\b|\bEq\.|\bApp\.|\bAppendix\b|arXiv|[\w.-]+/[\w./-]+"
     r"|\b(verl|TRL|OpenRLHF|EasyR1)\b"
@@ -141,12 +139,6 @@ def table_for(tables: list[Table], method: str, cls: type, page_methods: list[st
         named = BACKTICKED.findall(table.heading or "")
         if method in named and method in page_methods:
             return table
-    base = _default_of(cls, "base")
-    if base is not dataclasses.MISSING:
-        for table in tables:
-            match = BASE_HEADING.fullmatch((table.heading or "").strip())
-            if match and match.group(1) == str(base):
-                return table
     untitled = [table for table in tables if table.heading is None]
     return untitled[0] if untitled else None
 
@@ -195,6 +187,8 @@ def default_matches(value: object, cell: str) -> bool:
         return len(items) == len(value) and all(
             default_matches(v, item) for v, item in zip(value, items, strict=True)
         )
+    if isinstance(value, dict):  # an empty mapping only (a hosted rule's host options)
+        return not value and text == "{}"
     return False  # a default of another type needs a rule here first
 
 
@@ -317,7 +311,7 @@ BUILTIN = _builtin_methods()
 CASES = [
     pytest.param(name, cls, id=f"{name}-{cls.__name__}")
     for name, method in BUILTIN.items()
-    for cls in method.config_classes()
+    for cls in (method.Config,)
 ]
 
 
@@ -343,9 +337,7 @@ def test_every_config_field_has_a_sourced_row_with_its_default(method, cls):
 @pytest.mark.parametrize("path", sorted(_method_pages()), ids=lambda path: path.name)
 def test_no_row_outlives_its_field(path):
     names = _method_pages()[path]
-    configs = [
-        (name, cls) for name in names if name in BUILTIN for cls in BUILTIN[name].config_classes()
-    ]
+    configs = [(name, BUILTIN[name].Config) for name in names if name in BUILTIN]
     problems = stale_problems(path.read_text(encoding="utf-8"), configs, names)
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
@@ -368,17 +360,6 @@ class Planted:
 @dataclass
 class PlantedBeta(Planted):
     eps: float = 0.5
-
-
-@dataclass
-class HostedA(Planted):
-    base: str = "grpo"
-
-
-@dataclass
-class HostedB(Planted):
-    base: str = "dapo"
-    extra: int = 3
 
 
 PLANTED_ROWS = {
@@ -493,31 +474,3 @@ def test_a_method_sub_heading_selects_its_table():
     assert config_problems(page, "alpha", Planted, names) == []
     assert config_problems(page, "beta", PlantedBeta, names) == []
     assert config_problems(page, "beta", Planted, names) != []  # 1e-6 against the beta table
-
-
-def test_a_base_sub_heading_selects_the_hosted_config():
-    top = {**PLANTED_ROWS, "base": "| `base` | grpo | ours: the first host |"}
-    dapo = {
-        **PLANTED_ROWS,
-        "base": "| `base` | `dapo` | DAPO §3 |",
-        "extra": "| `extra` | 3 | ours: a planted field |",
-    }
-    extra = "\n### base: dapo\n\n| field | default | source |\n|---|---|---|\n" + "\n".join(
-        dapo.values()
-    )
-    page = planted_page(top, extra)
-    configs = [("alpha", HostedA), ("alpha", HostedB)]
-    assert config_problems(page, "alpha", HostedA, ["alpha"]) == []
-    assert config_problems(page, "alpha", HostedB, ["alpha"]) == []
-    assert stale_problems(page, configs, ["alpha"]) == []
-    # Before the hosted class exists, its table has no class and the first has a stale row.
-    before = planted_page(top, extra)
-    stale = stale_problems(before, [("alpha", HostedA)], ["alpha"])
-    assert any("'### base: dapo'" in p and "no Config class" in p for p in stale)
-    assert not any("'extra'" in p for p in stale)
-    renamed = {**top, "mode": top["mode"].replace("`mode`", "`old_mode`")}
-    stale = stale_problems(planted_page(renamed, extra), configs, ["alpha"])
-    assert any("'old_mode'" in p for p in stale)
-    assert "'mode'" in " ".join(
-        config_problems(planted_page(renamed, extra), "alpha", HostedA, ["alpha"])
-    )

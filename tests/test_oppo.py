@@ -296,24 +296,33 @@ def test_bad_options_name_the_field(name: str, value: Any) -> None:
 def test_dapo_host_brings_dapos_fields_and_defaults() -> None:
     from creditbench.harness.config import build_method_config
     from creditbench.methods.dapo import DAPO, DAPOConfig
-    from creditbench.methods.oppo import OPPOOnDAPOConfig
+    from creditbench.methods.grpo import GRPO
 
     config = build_method_config(OPPO, {"base": "dapo", "oracle": "teacher"})
-    assert isinstance(config, OPPOOnDAPOConfig) and isinstance(config, DAPOConfig)
-    dapo = DAPOConfig()
-    assert (
-        (config.eps_high, config.aggregation)
-        == (dapo.eps_high, dapo.aggregation)
-        == (
-            0.28,
-            "token-mean",
-        )
-    )
-    assert config.dynamic_sampling and config.overlong_shaping and config.oracle == "teacher"
-    assert isinstance(OPPO(config).host, DAPO)
-    grpo_hosted = build_method_config(OPPO, {})
-    assert (grpo_hosted.base, grpo_hosted.eps_high) == ("grpo", 0.2)
-    assert grpo_hosted.aggregation == "seq-mean-token-mean"
+    assert isinstance(config, OPPOConfig) and config.oracle == "teacher"
+    host = OPPO(config).host
+    assert isinstance(host, DAPO) and host.config == DAPOConfig()
+    assert (host.config.eps_high, host.config.aggregation) == (0.28, "token-mean")
+    assert host.config.dynamic_sampling and host.config.overlong_shaping
+    grpo_hosted = OPPO(build_method_config(OPPO, {}))
+    assert isinstance(grpo_hosted.host, GRPO) and type(grpo_hosted.host) is GRPO
+    assert (grpo_hosted.config.base, grpo_hosted.host.config.eps_high) == ("grpo", 0.2)
+    assert grpo_hosted.host.config.aggregation == "seq-mean-token-mean"
+
+
+def test_host_options_reach_the_host_and_are_checked_by_its_config() -> None:
+    from creditbench.harness.config import ConfigError, build_method_config
+
+    config = build_method_config(OPPO, {"base": "dapo", "host": {"eps_high": 0.3}})
+    assert OPPO(config).host.config.eps_high == 0.3
+    assert not hasattr(config, "eps_high")  # OPPO's Config holds OPPO's fields, not the host's
+    with pytest.raises(ConfigError, match=r"^method_options\.host\.eps_high: .*got"):
+        build_method_config(OPPO, {"host": {"eps_high": -1.0}})
+    with pytest.raises(
+        ConfigError, match=r"^method_options\.host\.overlong_shaping: not an option of grpo"
+    ):
+        build_method_config(OPPO, {"host": {"overlong_shaping": False}})
+    assert OPPO(base="grpo", host={"kl_coef": 0.1}).needs_reference  # the host's KL term
 
 
 def test_an_unknown_host_or_a_mismatched_config_names_the_field() -> None:
@@ -321,8 +330,8 @@ def test_an_unknown_host_or_a_mismatched_config_names_the_field() -> None:
 
     with pytest.raises(ConfigError, match=r"^method_options\.base: must be one of grpo, dapo"):
         build_method_config(OPPO, {"base": "gspo"})
-    with pytest.raises(ValueError, match="^base: must be grpo"):
-        OPPOConfig(base="dapo")
+    with pytest.raises(ValueError, match="^base: must be one of grpo, dapo"):
+        OPPOConfig(base="ppo")
 
 
 def test_dapo_host_samples_with_dynamic_sampling() -> None:
@@ -352,7 +361,7 @@ def test_dapo_host_scores_the_shaped_reward_and_trains_on_dapos_responses() -> N
     expected = oppo_advantages(delta, shaped, batch.group_ids, mask, anchoring="none")
     torch.testing.assert_close(adv[:3], expected[:3])
     assert (adv[3:] == 0).all() and (expected[3:] != 0).any()
-    no_shaping = OPPO(base="dapo", overlong_shaping=False)
+    no_shaping = OPPO(base="dapo", host={"overlong_shaping": False})
     torch.testing.assert_close(no_shaping.outcome_rewards(batch, services), batch.rewards)
 
 

@@ -424,9 +424,12 @@ def test_every_row_of_the_oppo_card_runs(monkeypatch, capsys, tmp_path):
     options = {row: c.method_options for row, c in configs.items()}
     assert [options[r]["oracle"] for r in rows[2:]] == ["self", "teacher", "self", "teacher"]
     assert [options[r]["base"] for r in rows[2:]] == ["grpo", "grpo", "dapo", "dapo"]
-    assert options["dapo_oppo"]["eps_high"] == options["dapo"]["eps_high"] == 0.28
-    assert options["dapo_oppo"]["dynamic_sampling"] is True
-    assert options["oppo"]["aggregation"] == options["grpo"]["aggregation"]
+    from creditbench.methods.oppo import OPPO
+
+    hosts = {row: OPPO(**options[row]).host.config for row in rows[2:]}  # the host's defaults
+    assert hosts["dapo_oppo"].eps_high == options["dapo"]["eps_high"] == 0.28
+    assert hosts["dapo_oppo"].dynamic_sampling is True
+    assert hosts["oppo"].aggregation == options["grpo"]["aggregation"]
 
 
 def test_a_card_row_that_is_not_registered_is_skipped_as_not_implemented():

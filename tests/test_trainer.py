@@ -646,8 +646,9 @@ def test_a_reference_model_comes_from_the_resolved_config(method, options, expec
 def test_every_method_whose_defaults_weigh_a_kl_gets_a_reference():
     for name, cls in list_methods().items():
         config = load_config(None, [f"method={name}"])
-        declared = cls().config.needs_reference_logprobs or cls.needs.reference_model
-        assert needs_reference(config) is declared, name
+        assert needs_reference(config) is cls().needs_reference, name
+    hosted = load_config(None, ["method=oppo", "method_options.host.kl_coef=0.04"])
+    assert needs_reference(hosted)  # a KL term of the host's loss (methods/compose.py)
 
 
 def test_vineppo_trains_with_its_kl_term_on_by_default(nano_policy, tmp_path):

@@ -28,6 +28,7 @@ from creditbench.tools.reproduce.recipe import (
     ReproduceError,
     Setting,
     map_options,
+    nest_host_options,
     paper_recipe,
     row_settings,
     split_methods,
@@ -64,7 +65,12 @@ class Plan:
         return {s.key: s.value for s in self.settings}
 
     def option_values(self, method: str) -> dict[str, Any]:
-        return {s.key: s.value for s in self.options.get(method, [])}
+        """The row's options as its Config reads them (a hosted rule's host options nested in
+        ``host``)."""
+        from creditbench.methods.registry import get_method
+
+        options = {s.key: s.value for s in self.options.get(method, [])}
+        return nest_host_options(get_method(self.registry_name(method)), options)
 
     def registry_name(self, row: str) -> str:
         """The registered method the card row ``row`` runs."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,18 +100,28 @@ def row_settings(card: Card, row: str) -> list[Setting]:
     return [Setting(k, v, f"card methods[{index}].options") for k, v in options.items()]
 
 
-def method_fields(method: str, options: Mapping[str, Any] | None = None) -> set[str]:
-    """The option names of a registered method: the fields of the Config that ``options``
-    select (a host recipe's fields come with ``base``), or of its default Config when they
-    select none (``build_method_config`` then names the bad option)."""
+def method_fields(method: str) -> set[str]:
+    """The option names of a registered method: the fields of its Config and, for a rule hosted
+    on another method (`methods.compose`), the fields of any of its hosts' Configs, which go
+    into its ``host`` option."""
     from creditbench.methods.registry import get_method
 
-    method_cls = get_method(method)
-    try:
-        config_class = method_cls.config_class(options or {})
-    except ValueError:
-        config_class = method_cls.Config
-    return {f.name for f in dataclasses.fields(config_class)}
+    config = get_method(method).Config
+    names = {f.name for f in dataclasses.fields(config)}
+    for host in getattr(config, "hosts", {}).values():
+        names |= {f.name for f in dataclasses.fields(host.Config)}
+    return names
+
+
+def nest_host_options(method_cls: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the keys the method's Config lacks moved into ``host`` (a hosted rule's
+    host options), so a card's clip range reaches the host's loss."""
+    own = {f.name for f in dataclasses.fields(method_cls.Config)}
+    if "host" not in own:
+        return options
+    nested = {k: v for k, v in options.items() if k in own}
+    host = {**nested.get("host", {}), **{k: v for k, v in options.items() if k not in own}}
+    return {**nested, "host": host} if host else nested
 
 
 def map_options(
@@ -131,12 +141,12 @@ def map_options(
     rejected = []
     for item in wanted:
         trial = {k: s.value for k, s in mapped.items()} | {item.key: item.value}
-        if item.key not in method_fields(method, trial):
+        if item.key not in method_fields(method):
             reason = f"{item.origin}; {method} has no option {item.key}"
             rejected.append(dataclasses.replace(item, origin=reason))
             continue
         try:
-            build_method_config(method_cls, trial)
+            build_method_config(method_cls, nest_host_options(method_cls, trial))
         except (ConfigError, ValueError, TypeError) as err:
             rejected.append(dataclasses.replace(item, origin=f"{item.origin}; rejected: {err}"))
             continue
@@ -236,7 +246,7 @@ def paper_recipe(card: Card, methods: Sequence[str]) -> RecipeMapping:
             wanted.append(Setting(option, value.value, _sourced(f"other.{name}", value)))
     proposed = [m.name for m in card.methods if m.role == "proposed" and m.name in methods]
     registry = {m: card.method_row(m).registry_name for m in methods}
-    fields = {m: method_fields(registry[m], card.method_row(m).options) for m in proposed}
+    fields = {m: method_fields(registry[m]) for m in proposed}
     card_options = card.cpu_scale.method_options if card.cpu_scale else {}
     options: dict[str, list[Setting]] = {}
     for method in methods:

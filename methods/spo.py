@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from .base import CreditMethod, LossConfig, check_fields
-from .contract import Services
+from .contract import DIRECTION, Services
 from .core import AGG_MODES, Normalizers, RolloutBatch, aggregate_loss, masked_whiten
 from .registry import register_method
 from .values import (
@@ -143,6 +143,15 @@ class SPO(CreditMethod):
     paper = "Segment Policy Optimization (arXiv 2505.23564)"
     Config = SPOConfig
     group_local = False  # whitening over the batch mixes groups
+    # A segment's advantage reaches each of its low-probability tokens, so a response's token
+    # sum weighs its segments by their counts of such tokens (and whitening shifts it by that
+    # count); the per-segment advantages telescope to R - V(first boundary) (tests/test_spo.py).
+    opt_outs = {
+        DIRECTION: "a segment's advantage reaches each of its low-probability tokens, so a "
+        "passed response whose falling segment holds many of them sums below a failed one "
+        "without a cutpoint (which gets 0); its segment advantages sum to R - V(first "
+        "boundary), ordered by R (tests/test_spo.py)"
+    }
     config: SPOConfig
 
     def segmented(self, batch: RolloutBatch) -> RolloutBatch:

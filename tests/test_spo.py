@@ -68,6 +68,20 @@ def test_a_worked_example_by_hand():
     torch.testing.assert_close(method.advantages(batch), expected)
 
 
+def test_a_passed_response_can_sum_below_a_failed_one_so_spo_opts_out_of_direction():
+    """Four low-probability tokens in a falling segment (V .9 -> .1) and one in the last
+    (.1 -> R = 1): the passed row's token sum is 4(-.8) + .9 = -2.3, below the 0 of a failed
+    row with no cutpoint, although its segment advantages sum to R - V = .1."""
+    method = SPO(cutpoint_interval=4, whiten=False)
+    passed = one_row([0.5] * 5, reward=1.0)
+    passed.extras = {STATE_VALUES: torch.tensor([[0.9, 0.1]])}
+    failed = one_row([0.99] * 5, reward=0.0)
+    failed.extras = {STATE_VALUES: torch.tensor([[float("nan")]])}
+    passed_sum = float(method.advantages(passed).sum())
+    assert passed_sum == pytest.approx(-2.3) and float(method.advantages(failed).sum()) == 0.0
+    assert "direction" in SPO.opt_outs
+
+
 def cutpoint_rows() -> st.SearchStrategy[torch.Tensor]:
     return st.lists(st.lists(st.booleans(), min_size=1, max_size=24), min_size=1, max_size=6).map(
         lambda rows: torch.tensor([row + [False] * (24 - len(row)) for row in rows])

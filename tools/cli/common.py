@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 
 EXIT_USAGE = 2
 
@@ -54,3 +55,15 @@ def add_set_option(parser: argparse.ArgumentParser, help: str | None = None) -> 
         metavar="KEY=VALUE",
         help=help or "override a config field, e.g. rollout.group_size=4 (repeatable)",
     )
+
+
+def unknown_method(flag: str, names: Iterable[str]) -> str | None:
+    """The usage message for the first of ``names`` no method is registered as (``--methods:
+    unknown method 'x'; known: ...``), or None when every one is known."""
+    from creditbench.methods.registry import list_methods
+
+    known = list_methods()
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return None
+    return f"{flag}: unknown method {unknown[0]!r}; known: {', '.join(known)}"

@@ -13,23 +13,19 @@ from creditbench.tools.cli.common import (
     positive_int,
     quiet_transformers,
     set_threads,
+    unknown_method,
     usage_error,
 )
 
 
 def _cmd_gradients(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError
-    from creditbench.methods.registry import list_methods
     from creditbench.tools.gradients import run_gradients
 
     if args.batches < 2:
         return usage_error("gradients", f"--batches: must be >= 2 (got {args.batches})")
-    known = list_methods()
     for flag, names in (("--methods", args.methods), ("--reference", [args.reference])):
-        unknown = [name for name in names if name not in known]
-        if unknown:
-            listed = ", ".join(known)
-            message = f"{flag}: unknown method {unknown[0]!r}; known: {listed}"
+        if message := unknown_method(flag, names):
             return usage_error("gradients", message)
     methods = list(dict.fromkeys([*args.methods, args.reference]))
     set_threads(args.threads)

@@ -12,21 +12,19 @@ from creditbench.tools.cli.common import (
     positive_int,
     quiet_transformers,
     set_threads,
+    unknown_method,
     usage_error,
 )
 
 
 def _cmd_perf(args: argparse.Namespace) -> int:
     from creditbench.harness.config import ConfigError
-    from creditbench.methods.registry import list_methods
     from creditbench.tools.perf import run_perf
 
     if args.repeats < 1:
         return usage_error("perf", f"--repeats: must be >= 1 (got {args.repeats})")
-    unknown = sorted(set(args.methods or ()) - set(list_methods()))
-    if unknown:
-        known = ", ".join(list_methods())
-        return usage_error("perf", f"--methods: unknown method {unknown[0]!r}; known: {known}")
+    if message := unknown_method("--methods", args.methods or ()):
+        return usage_error("perf", message)
     set_threads(args.threads)
     quiet_transformers()
     try:

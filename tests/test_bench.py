@@ -10,7 +10,8 @@ import pytest
 
 from creditbench.harness.records.rundir import RunDir
 from creditbench.methods.registry import list_methods
-from creditbench.tools.bench import (
+from creditbench.tools.cli.main import main
+from creditbench.tools.suite import (
     SuiteError,
     expand_suite,
     load_suite,
@@ -20,7 +21,6 @@ from creditbench.tools.bench import (
     suite_path,
     write_manifest,
 )
-from creditbench.tools.cli.main import main
 
 
 def test_shipped_suites_expand_to_every_method():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from creditbench.tools.bench import Run
 from creditbench.tools.bench_plan import (
     describe_plan,
     estimate_seconds,
     longest_first,
     setting_method,
 )
+from creditbench.tools.suite import Run
 
 
 def runs(label, entries, seeds=(0, 1)):

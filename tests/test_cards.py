@@ -20,7 +20,7 @@ from creditbench.reference.cards import (
     load_card,
     load_cards,
 )
-from creditbench.tools.bench import suite_path
+from creditbench.tools.suite import suite_path
 
 PAPERS = {
     "deepseekmath_grpo": "2402.03300",

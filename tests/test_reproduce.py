@@ -16,7 +16,6 @@ from scipy.stats import kendalltau
 from creditbench.harness.records.rundir import RunDir
 from creditbench.harness.tasks import get_task
 from creditbench.reference.card_schema import card_from_dict
-from creditbench.tools.bench import run_config
 from creditbench.tools.cli.main import main
 from creditbench.tools.reproduce import budget
 from creditbench.tools.reproduce import plan as plans
@@ -32,6 +31,7 @@ from creditbench.tools.reproduce.recipe import (
     split_methods,
 )
 from creditbench.tools.reproduce.report import kendall_tau, ordering_agreement
+from creditbench.tools.suite import run_config
 
 GRPO_FAMILY = ("deepseekmath_grpo", "drgrpo", "dapo", "gspo", "rloo", "reinforce_pp")
 NO_GPU = Environment(gpus=(), packages=frozenset())

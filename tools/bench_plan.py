@@ -55,7 +55,7 @@ def measured_seconds(sources: Iterable[str | Path]) -> dict[str, list[float]]:
 
 def estimate_seconds(runs: Sequence[Any], measured: dict[str, list[float]]) -> dict[str, float]:
     """``{run name: expected wall seconds}`` for the runs that can be estimated (module doc);
-    ``runs`` carry ``name``, ``label`` and ``entry`` (:class:`creditbench.tools.bench.Run`)."""
+    ``runs`` carry ``name``, ``label`` and ``entry`` (:class:`creditbench.tools.suite.Run`)."""
     median = {key: statistics.median(values) for key, values in measured.items()}
     ratios: dict[str, list[float]] = {}
     for label, entry in dict.fromkeys((run.label, run.entry) for run in runs):

@@ -16,7 +16,8 @@ from creditbench.tools.cli.common import (
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from creditbench.tools.bench import SuiteError, parse_seeds, run_suite
+    from creditbench.tools.bench import run_suite
+    from creditbench.tools.suite import SuiteError, parse_seeds
 
     quiet_transformers()
     try:

@@ -73,7 +73,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     from creditbench.harness.records.files import RunFormatError, atomic_write_text
     from creditbench.leaderboard.validation import validation_report
-    from creditbench.tools.bench import SuiteError, run_suite, suite_path
+    from creditbench.tools.bench import run_suite
+    from creditbench.tools.suite import SuiteError, suite_path
 
     results = Path(args.results or "runs/bench-validation")
     if args.report_only:

@@ -37,7 +37,7 @@ def claim_rows(card: Card) -> list[str]:
 def claim_runs(card: Card, seeds: int | None = None):
     """The standard suite's runs of the claims' rows in the claims' settings (module doc);
     ``seeds``: only the suite's first that many seeds."""
-    from creditbench.tools.bench import SuiteError, expand_suite, load_suite, suite_path
+    from creditbench.tools.suite import SuiteError, expand_suite, load_suite, suite_path
 
     path = suite_path(SUITE)
     suite = load_suite(path)

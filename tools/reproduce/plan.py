@@ -78,7 +78,7 @@ class Plan:
 
 
 def _suite_settings(name: str) -> dict[str, Any]:
-    from creditbench.tools.bench import SuiteError, load_suite, suite_path
+    from creditbench.tools.suite import SuiteError, load_suite, suite_path
 
     try:
         suite = load_suite(suite_path(name))

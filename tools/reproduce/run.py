@@ -78,7 +78,7 @@ def suite_of(plan: Plan) -> dict[str, Any]:
 
 def runs_of(plan: Plan):
     """The bench runs of a plan, each with its card row's options."""
-    from creditbench.tools.bench import SuiteError, expand_suite
+    from creditbench.tools.suite import SuiteError, expand_suite
 
     try:
         runs = expand_suite(suite_of(plan), Path(f"{plan.card.id}.yaml"))
@@ -112,7 +112,7 @@ def check_configs(runs, results: Path) -> dict[str, Any]:
     """``{run name: Trainer}`` of ``runs``, every config checked before any worker starts."""
     from creditbench.harness.config import ConfigError
     from creditbench.harness.training.trainer import Trainer
-    from creditbench.tools.bench import run_config
+    from creditbench.tools.suite import run_config
 
     trainers = {}
     for run in runs:
@@ -293,9 +293,9 @@ def _write_engine_launch(
     """Write and print the ``engine`` launch of ``plan`` into ``folder/<engine>`` (a dry run:
     print it and write nothing). Refused, with nothing written, when a method the card
     proposes cannot run on ``engine``: the launch would test its baselines alone."""
-    from creditbench.tools.bench import run_config
     from creditbench.tools.reproduce.engines import write_verl_launch
     from creditbench.tools.reproduce.trl_launch import write_trl_launch
+    from creditbench.tools.suite import run_config
 
     configs = [run_config(run, folder) for run in runs]
     write = write_verl_launch if engine == "verl" else write_trl_launch

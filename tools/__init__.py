@@ -2,8 +2,9 @@
 import them.
 
 - :mod:`.cli`: the ``creditbench`` command, one module per verb;
-- :mod:`.bench` (:mod:`.bench_plan`, the suites in ``suites/``): a suite of runs, planned,
-  resumed and rendered as a board;
+- :mod:`.suite` (the suites in ``suites/``): what a suite is and the runs it expands to;
+  :mod:`.bench` runs them in workers, resumed and rendered as a board (:mod:`.bench_plan`
+  plans them);
 - :mod:`.reproduce`: a paper card planned, run and reported, or written as a verl or TRL launch;
 - :mod:`.perf` (beside TRL's own step in :mod:`.perf_compare`): the step-time benchmark;
 - :mod:`.gradients`: the gradient statistics of a step;

@@ -435,3 +435,39 @@ def test_every_row_of_the_oppo_card_runs(monkeypatch, capsys, tmp_path):
 def test_a_card_row_that_is_not_registered_is_skipped_as_not_implemented():
     run, skipped = split_methods(load_card_by_id("ccpo"))
     assert skipped["SEPO"] == "not implemented" and "SEPO" not in run
+
+
+def test_the_planned_eval_cost_counts_the_prompts_as_the_rollout_encodes_them(monkeypatch):
+    """With a chat template the rollout prefills the template's tokens too; the planner's eval
+    FLOPs count them (they were once the bare prompt text's)."""
+    from creditbench.harness.budget import BudgetMeter
+    from creditbench.harness.config import load_config
+    from creditbench.harness.models import modeling
+    from creditbench.harness.sampling.rollout import encode_prompts
+    from creditbench.harness.training.evaluation import eval_problems
+
+    config = load_config(None, ["eval.n_problems=4", "eval.k_samples=1"])
+    plain = budget.eval_flops_per_run(config)
+    build = modeling.build_char_tokenizer
+    templated = []
+
+    def with_template(alphabet):
+        tokenizer = build(alphabet)
+        tokenizer.chat_template = (
+            "{% for m in messages %}{{ m.content }}{% endfor %}"
+            "{% if add_generation_prompt %}\n\n{% endif %}"
+        )
+        templated.append(tokenizer)
+        return tokenizer
+
+    monkeypatch.setattr(modeling, "build_char_tokenizer", with_template)
+    chat = budget.eval_flops_per_run(config)
+    tokenizer = templated[0]
+    meter = BudgetMeter.for_model(modeling.build_model(config.model.preset, tokenizer, seed=0))
+    problems = eval_problems(get_task("chain"), 4, config.seed, config.eval.problems)
+    lengths = [len(ids) for ids in encode_prompts(tokenizer, [p.prompt for p in problems])]
+    samples = config.eval.k_samples + (1 if config.eval.greedy else 0)
+    news = [config.rollout.max_new_tokens] * len(lengths)
+    expected = meter.charge_generation(lengths * samples, news * samples)
+    assert chat == pytest.approx(expected * len(config.budget.eval_fractions))
+    assert chat > plain

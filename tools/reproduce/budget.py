@@ -120,6 +120,7 @@ def eval_flops_per_run(config) -> float:
     from creditbench.harness.budget import BudgetMeter
     from creditbench.harness.models.bootstrap import task_alphabet
     from creditbench.harness.models.modeling import build_char_tokenizer, build_model, load_policy
+    from creditbench.harness.sampling.rollout import encode_prompts
     from creditbench.harness.tasks import get_task
     from creditbench.harness.training.evaluation import eval_problems
 
@@ -132,7 +133,8 @@ def eval_flops_per_run(config) -> float:
     meter = BudgetMeter.for_model(model)
     ev = config.eval
     problems = eval_problems(task, ev.n_problems, config.seed, ev.problems)
-    prompts = [len(tokenizer(p.prompt, add_special_tokens=False)["input_ids"]) for p in problems]
+    # the prompts as the rollout encodes them: a chat template's own tokens are prefilled too
+    prompts = [len(ids) for ids in encode_prompts(tokenizer, [p.prompt for p in problems])]
     samples = ev.k_samples + (1 if ev.greedy else 0)
     news = [config.rollout.max_new_tokens] * len(prompts)
     one = meter.charge_generation(prompts * samples, news * samples)

@@ -46,7 +46,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setattr(registry, "_LOADED", False)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
-    for name in ("short_chain_plugin", "broken_task_plugin", "taken_task_plugin"):
+    for name in ("short_chain_plugin", "broken_task_plugin", "taken_task_plugin", "lines_plugin"):
         sys.modules.pop(name, None)
 
 
@@ -95,3 +95,40 @@ def test_a_broken_plugin_task_stops_the_look_up_naming_it(site, files, entry, pr
     install(site, "bad-task", {"bad": entry}, files)
     with pytest.raises(PluginError, match=f"plugin bad-task 0.1, entry point bad = .*{problem}"):
         get_task("chain")
+
+
+OLD_STYLE = '''
+"""A task written before capabilities: it cuts responses into steps but does not say so."""
+from creditbench.harness.tasks.base import Grade, Problem
+
+
+class Lines:
+    name = "lines"
+
+    def problems(self, split):
+        return [Problem("lines/0", "say two lines", "2")]
+
+    def grade(self, problem, response):
+        return Grade(float(response.count("\\n") == 1), "lines")
+
+    def step_spans(self, response):
+        return [(0, len(response))]
+
+
+def build(**options):
+    """Two lines of text."""
+    return Lines()
+'''
+
+
+def test_a_task_that_has_a_capabilitys_methods_but_does_not_declare_it_is_refused(site) -> None:
+    """Its steps would otherwise be ignored in silence: the message names the part and the
+    fix; declared, the same task builds and has steps."""
+    from creditbench.harness.tasks.base import STEPS, has_steps
+
+    install(site, "lines", {"lines": "lines_plugin:build"}, {"lines_plugin.py": OLD_STYLE})
+    with pytest.raises(ValueError, match=r"implements steps \(step_spans\) but does not declare"):
+        get_task("lines")
+    sys.modules["lines_plugin"].Lines.capabilities = frozenset({STEPS})
+    assert has_steps(get_task("lines"))
+    assert get_task("chain") is not None and get_task("gsm8k", limit=1) is not None

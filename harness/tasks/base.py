@@ -79,6 +79,14 @@ VARIANTS = "variants"  # variant, repair_solution: the prompt variants the metho
 VALUES = "values"  # value_probes: the task's own value of a state
 TEACHER = "teacher"  # alphabet, sft_example, solutions: the data the base policy learns from
 CAPABILITIES = (STEPS, STEP_CHECK, VARIANTS, VALUES, TEACHER)
+# the methods that make a capability: a task that has one must declare it
+MEMBERS = {
+    STEPS: ("step_spans",),
+    STEP_CHECK: ("check_steps",),
+    VARIANTS: ("variant", "repair_solution"),
+    VALUES: ("value_probes",),
+    TEACHER: ("sft_example", "reference_solution", "sample_solution", "corrupt_solution"),
+}
 
 Span = tuple[int, int]
 
@@ -183,6 +191,19 @@ def require(task: Any, capability: str, asked: str) -> None:
             f"task {name!r} has no {capability} (asked for by {asked}); it declares "
             f"{', '.join(sorted(declared)) or 'none'}"
         )
+
+
+def undeclared_capabilities(task: Any) -> list[str]:
+    """The capabilities whose methods ``task`` has (its own, not `TaskBase`'s refusals) but
+    does not list in ``capabilities``: the harness would never call them."""
+    declared = capabilities_of(task)
+    out = []
+    for capability, members in MEMBERS.items():
+        own = [m for m in members if callable(getattr(type(task), m, None))]
+        own = [m for m in own if getattr(type(task), m) is not getattr(TaskBase, m, None)]
+        if own and capability not in declared:
+            out.append(f"{capability} ({', '.join(own)})")
+    return out
 
 
 def capabilities_of(task: Any) -> frozenset[str]:

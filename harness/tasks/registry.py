@@ -19,6 +19,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+from creditbench.harness.tasks.base import undeclared_capabilities
 from creditbench.methods.registry import (
     Origin,
     PluginError,
@@ -177,4 +178,11 @@ def get_task(name: str, **options: Any) -> Any:
     _load_plugins()
     if name not in _BUILDERS:
         raise UnknownTaskError(f"unknown task {name!r}; known tasks: {', '.join(_BUILDERS)}")
-    return _BUILDERS[name][1](**options)
+    task = _BUILDERS[name][1](**options)
+    undeclared = undeclared_capabilities(task)
+    if undeclared:  # a task written before capabilities: its steps would silently be ignored
+        raise ValueError(
+            f"task {name!r} implements {'; '.join(undeclared)} but does not declare it: add "
+            "it to the task's capabilities (harness/tasks/base.py, Task)"
+        )
+    return task

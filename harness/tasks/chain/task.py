@@ -280,9 +280,8 @@ class ChainTask(TaskBase):
 
     def check_steps(self, problem: Problem, text: str) -> StepCheck:
         """Every wrong step, the step lines and the filler words of ``text``."""
-        start, ops = self._key(problem)
         return StepCheck(
-            wrong=list(judge(start, list(ops), text)),
+            wrong=self.wrong_steps(problem, text),
             steps=layout(text).spans,
             filler=filler_spans(text),
         )

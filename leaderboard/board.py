@@ -14,8 +14,10 @@ for everything read against GRPO):
 - its rank (``rank``, ``rank_shared``) by the AUC gain, the one ranking every table, plot and
   sentence uses;
 - the probability of improvement over GRPO (two or more seeds of each only);
-- its cost beside GRPO's: FLOPs and wall time per step (``flops_per_step_ratio``,
-  ``wall_per_step_ratio``, mean over seeds of each run's FLOPs or wall seconds over its steps);
+- its cost beside GRPO's: FLOPs and wall time per step (``flops_per_step_ratio``: the mean
+  over seeds of each run's FLOPs over its steps; ``wall_per_step_ratio``: the median over seeds
+  of each run's median training step, evaluations left out, so that a run paused part-way on a
+  shared machine moves it little), each over GRPO's;
 - the credit diagnostics and the filler entropy drift, means with bootstrap intervals.
 
 And per setting, method and budget fraction, the mean accuracy curve with its interval.
@@ -51,14 +53,14 @@ def _per_step(runs: pd.DataFrame, column: str) -> pd.Series:
 
 
 def _cost_ratios(group: pd.DataFrame, rows: dict[str, dict]) -> None:
-    """FLOPs and wall seconds per step of each method over GRPO's (means over seeds)."""
-    flops = _per_step(group, "flops_total")
-    wall = _per_step(group, "wall_seconds")
-    for name, per_step in (("flops", flops), ("wall", wall)):
-        means = per_step.groupby(group["method"]).mean()
-        base = means.get(BASELINE, math.nan)
+    """FLOPs and wall seconds per step of each method over GRPO's (module doc)."""
+    flops = _per_step(group, "flops_total").groupby(group["method"]).mean()
+    step = group.get("step_seconds", pd.Series(math.nan, index=group.index))
+    wall = step.groupby(group["method"]).median()
+    for name, per_method in (("flops", flops), ("wall", wall)):
+        base = per_method.get(BASELINE, math.nan)
         for method, row in rows.items():
-            value = means.get(method, math.nan)
+            value = per_method.get(method, math.nan)
             ok = math.isfinite(value) and math.isfinite(base) and base > 0
             row[f"{name}_per_step_ratio"] = value / base if ok else math.nan
 

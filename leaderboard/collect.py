@@ -27,7 +27,9 @@ otherwise ``greedy_accuracy`` (the trainer's summary uses the same rule).
 Run rows also carry the run's record: ``config`` (its config as JSON, less the fields that say
 where it ran: :data:`NOT_A_SETTING`), ``config_digest`` (the first 12 hex digits of that JSON's
 SHA-256: two runs with one digest computed the same thing), and from its ``environment.json``
-``commit``, ``git_dirty`` and ``packages``. That makes the table written as ``runs.csv`` a
+``commit``, ``git_dirty`` and ``packages``; and its times where recorded: ``wall_seconds``,
+``eval_seconds`` (its evaluations' share) and ``step_seconds`` (the median training step). That
+makes the table written as ``runs.csv`` a
 complete record: :mod:`.records` reads it back, and ``collect_runs`` takes such files beside
 results directories, so new runs are compared against committed ones without re-running them.
 
@@ -43,6 +45,7 @@ import hashlib
 import json
 import math
 import os
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -160,7 +163,10 @@ def _environment(run: Path) -> dict[str, Any]:
 
 def _run_seconds(summary: dict, records: list[dict]) -> dict[str, float]:
     """The run's wall time (``summary.json``) and its evaluations' share of it (the eval
-    records' own times), where recorded: what ``bench --dry-run`` plans a campaign from."""
+    records' own times), what ``bench --dry-run`` plans a campaign from; and the median time of
+    its training steps (``step_seconds``, evaluations left out), the board's cost of a step:
+    a run paused or resumed part-way (a machine shared with other jobs) changes its wall time
+    but only the few steps the pause fell in. Each where recorded."""
     seconds = {}
     wall = (summary.get("time") or {}).get("wall_seconds")
     if _finite(wall):
@@ -168,6 +174,10 @@ def _run_seconds(summary: dict, records: list[dict]) -> dict[str, float]:
     evals = [(r.get("time") or {}).get("eval") for r in records if isinstance(r.get("eval"), dict)]
     if evals and all(_finite(t) for t in evals):
         seconds["eval_seconds"] = float(sum(evals))
+    steps = [(r.get("time") or {}).get("step") for r in records if "eval" not in r]
+    steps = [float(t) for t in steps if _finite(t)]
+    if steps:
+        seconds["step_seconds"] = float(statistics.median(steps))
     return seconds
 
 

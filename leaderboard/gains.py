@@ -20,7 +20,10 @@ report and their prose all read gains, claims, positions and ranks from here:
 - **rank**: by the AUC gain's point estimate (GRPO's is 0); the best remaining method and
   every remaining method whose gain interval overlaps its interval share a rank (competition
   ranking 1, 1, 3), and so on. Overlap of 95% intervals is a conservative test: it misses some
-  real differences and invents none; with one seed only exact ties share a rank.
+  real differences and invents none; with one seed only exact ties share a rank. The rows are
+  listed in rank order, by point estimate within a rank: a method with a wide interval can share
+  the leader's rank while one with a higher point but a narrow interval below the leader's does
+  not, and a table sorted by point alone would then print its ranks out of order.
 """
 
 from __future__ import annotations
@@ -162,14 +165,15 @@ def ranked(frame: pd.DataFrame, column: str = "gain_auc") -> pd.DataFrame:
         (i for i in frame.index if math.isfinite(spans[i][0])),
         key=lambda i: (-spans[i][0], frame.at[i, "method"]),
     )
-    out = frame.loc[known + [i for i in frame.index if i not in known]].copy()
+    out = frame.copy()
     out["rank"], out["rank_shared"] = math.nan, False
-    remaining, rank = known, 1
+    order, remaining, rank = [], known, 1
     while remaining:
         _, best_low, best_high = spans[remaining[0]]
         group = [i for i in remaining if spans[i][1] <= best_high and best_low <= spans[i][2]]
         for i in group:
             out.at[i, "rank"], out.at[i, "rank_shared"] = rank, len(group) > 1
+        order += group  # already by point within the group
         rank += len(group)
         remaining = [i for i in remaining if i not in group]
-    return out
+    return out.loc[order + [i for i in frame.index if i not in known]]

@@ -13,6 +13,7 @@ START, SLOPE = 0.3, {"grpo": 0.1, "dapo": 0.2, "oracle": 0.4}
 CREDIT_AUROC = {"grpo": 0.5, "dapo": 0.6, "oracle": 0.9}
 FILLER_DRIFT = {"grpo": -0.4, "dapo": -0.2, "oracle": 0.0}
 WALL_SECONDS = {"grpo": 100.0, "dapo": 120.0, "oracle": 150.0}  # each evaluation takes 2 s
+STEP_SECONDS = {"grpo": 0.5, "dapo": 0.6, "oracle": 0.75}  # a training step's time
 
 
 ENVIRONMENT = {"python": "3.11", "git_commit": "c0ffee" * 6 + "abcd", "git_dirty": False}
@@ -29,9 +30,12 @@ def make_run(
     status="finished",
     summary=True,
     environment=ENVIRONMENT,
+    step_seconds=None,
+    wall_seconds=None,
     **sections,
 ):
-    """A run as the trainer writes it; ``sections`` update config sections (rollout={...})."""
+    """A run as the trainer writes it; ``sections`` update config sections (rollout={...});
+    ``step_seconds`` (one per step) and ``wall_seconds`` replace the method's usual times."""
     config = to_dict(RunConfig(method=method, seed=seed, task=task, task_options={"steps": steps}))
     config.update(run_name=name, output_dir=str(root))
     for section, values in sections.items():
@@ -52,6 +56,7 @@ def make_run(
         }
     )
     n_steps = len(FRACTIONS) - 1
+    step_seconds = step_seconds or [STEP_SECONDS.get(method, 0.55)] * n_steps
     for step in range(1, n_steps + 1):
         fraction = step / n_steps
         run.append_metrics(
@@ -66,7 +71,7 @@ def make_run(
                 "credit_precision": CREDIT_AUROC.get(method, 0.55) - 0.3,
                 "credit_auroc": CREDIT_AUROC.get(method, 0.55),
                 "credit_chance": 0.1,
-                "time": {"step": 0.5},
+                "time": {"step": step_seconds[step - 1]},
             }
         )
         run.append_metrics(
@@ -89,7 +94,7 @@ def make_run(
                 "task": task,
                 "seed": seed,
                 "task_options": {"steps": steps},
-                "time": {"wall_seconds": WALL_SECONDS.get(method, 110.0)},
+                "time": {"wall_seconds": wall_seconds or WALL_SECONDS.get(method, 110.0)},
             }
         )
     return run

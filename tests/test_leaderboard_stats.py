@@ -195,6 +195,21 @@ def test_one_ranking_by_the_auc_gain_sharing_ranks_where_intervals_overlap():
     assert ranks["d"] == (5, False) and math.isnan(ranks["e"][0])
 
 
+def test_the_ranking_lists_rows_in_rank_order_when_a_wide_interval_joins_the_leader():
+    frame = pd.DataFrame(
+        [
+            {"method": "a", "gain_auc": 0.08, "gain_auc_low": 0.05, "gain_auc_high": 0.10},
+            {"method": "narrow", "gain_auc": 0.03, "gain_auc_low": 0.02, "gain_auc_high": 0.04},
+            {"method": "wide", "gain_auc": 0.01, "gain_auc_low": -0.03, "gain_auc_high": 0.06},
+        ]
+    )
+    out = ranked(frame)
+    # "wide" overlaps the leader and shares its rank; "narrow" lies below it: rank 3, listed after
+    assert list(zip(out["method"], out["rank"], strict=True)) == [
+        ("a", 1), ("wide", 1), ("narrow", 3)
+    ]
+
+
 def test_options_key_and_natural_order():
     assert options_key({"steps": 8, "slip_rate": 0.1}) == "slip_rate=0.1,steps=8"
     assert options_key({}) == "default"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pandas as pd
 import pytest
 from fake_runs import SLOPE, make_run
@@ -37,6 +39,25 @@ def test_a_runs_csv_gives_the_statistics_of_its_folders(published):
     b = summarize(from_records, reps=200)
     for name in ("methods", "curves"):
         pd.testing.assert_frame_equal(a[name], b[name], check_dtype=False)
+
+
+def test_the_cost_of_a_step_is_the_median_training_step_so_a_paused_run_moves_it_little(tmp_path):
+    """A run paused part-way (a shared machine, a CI job beside the campaign) records a long
+    wall time and one long step; the board's wall time a step, read from the median training
+    step, still gives each method's ratio to GRPO."""
+    root = tmp_path / "runs"
+    for method in SLOPE:
+        for seed in range(3):
+            make_run(root, f"{method}-s{seed}", method, seed)
+    shutil.rmtree(root / "grpo-s0")
+    make_run(root, "grpo-s0", "grpo", 0, step_seconds=[0.5, 60.0, 0.5, 0.5], wall_seconds=1000.0)
+    table, _ = collect_runs(root)
+    runs = table[table["kind"] == "run"].set_index("run")
+    assert runs.loc["grpo-s0", "step_seconds"] == 0.5 and runs.loc["dapo-s1", "step_seconds"] == 0.6
+    methods = summarize(table, reps=50)["methods"].set_index("method")
+    assert methods.loc["dapo", "wall_per_step_ratio"] == pytest.approx(1.2)
+    assert methods.loc["oracle", "wall_per_step_ratio"] == pytest.approx(1.5)
+    assert methods.loc["dapo", "flops_per_step_ratio"] == pytest.approx(1.0)
 
 
 def test_new_runs_render_against_committed_records_with_labels_over_both(published, tmp_path):

@@ -17,7 +17,8 @@ for everything read against GRPO):
 - its cost beside GRPO's: FLOPs and wall time per step (``flops_per_step_ratio``: the mean
   over seeds of each run's FLOPs over its steps; ``wall_per_step_ratio``: the median over seeds
   of each run's median training step, evaluations left out, so that a run paused part-way on a
-  shared machine moves it little), each over GRPO's;
+  shared machine moves it little; records older than that median give their wall time less
+  their evaluations over their steps), each over GRPO's;
 - the credit diagnostics and the filler entropy drift, means with bootstrap intervals.
 
 And per setting, method and budget fraction, the mean accuracy curve with its interval.
@@ -52,11 +53,20 @@ def _per_step(runs: pd.DataFrame, column: str) -> pd.Series:
     return runs[column] / steps
 
 
+def _step_seconds(runs: pd.DataFrame) -> pd.Series:
+    """Each run's median training step; for records written before that was collected, its
+    wall time less its evaluations over its steps (a mean, which a pause would move)."""
+    median = runs.get("step_seconds", pd.Series(math.nan, index=runs.index))
+    if "wall_seconds" in runs and "eval_seconds" in runs:
+        training = runs.assign(train_seconds=runs["wall_seconds"] - runs["eval_seconds"])
+        median = median.fillna(_per_step(training, "train_seconds"))
+    return median
+
+
 def _cost_ratios(group: pd.DataFrame, rows: dict[str, dict]) -> None:
     """FLOPs and wall seconds per step of each method over GRPO's (module doc)."""
     flops = _per_step(group, "flops_total").groupby(group["method"]).mean()
-    step = group.get("step_seconds", pd.Series(math.nan, index=group.index))
-    wall = step.groupby(group["method"]).median()
+    wall = _step_seconds(group).groupby(group["method"]).median()
     for name, per_method in (("flops", flops), ("wall", wall)):
         base = per_method.get(BASELINE, math.nan)
         for method, row in rows.items():

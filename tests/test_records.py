@@ -58,6 +58,11 @@ def test_the_cost_of_a_step_is_the_median_training_step_so_a_paused_run_moves_it
     assert methods.loc["dapo", "wall_per_step_ratio"] == pytest.approx(1.2)
     assert methods.loc["oracle", "wall_per_step_ratio"] == pytest.approx(1.5)
     assert methods.loc["dapo", "flops_per_step_ratio"] == pytest.approx(1.0)
+    # records written before the median step was collected: wall time less evaluations a step
+    old = table.drop(columns="step_seconds")
+    old = old[~old["run"].eq("grpo-s0")]  # (the paused run would move this mean)
+    methods = summarize(old, reps=50)["methods"].set_index("method")
+    assert methods.loc["dapo", "wall_per_step_ratio"] == pytest.approx((120 - 10) / (100 - 10))
 
 
 def test_new_runs_render_against_committed_records_with_labels_over_both(published, tmp_path):

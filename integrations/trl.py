@@ -38,10 +38,11 @@ the credit's scaling (TRL's ``scale_rewards`` is not read;
 ``multi_objective_aggregation="normalize_then_sum"`` is refused) while TRL's arguments decide
 the loss (``loss_type``, ``epsilon``, ``beta``); a completion every reward function scored
 ``None`` gets advantage 0, as in TRL, but enters its group's statistics with reward 0; every
-process scores the whole gathered batch (one forward of the policy a process for a method that
-reads behaviour log-probs, as the builtin's scoring pass); dynamic sampling runs on one process
-only, and a step still short of mixed groups keeps the most whole groups whose rows TRL's
-``steps_per_generation`` split evenly (the builtin trains every mixed group it found).
+process runs the method on the whole gathered batch, each scoring pass split between the
+processes (`trl_services.RowShards`) but an auxiliary model's fit (PRIME's) run whole on each;
+dynamic sampling runs on one process only, and a step still short of mixed groups keeps the
+most whole groups whose rows TRL's ``steps_per_generation`` split evenly (the builtin trains
+every mixed group it found).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from creditbench.methods.base import CreditMethod
 from creditbench.methods.contract import MIXED_GROUPS, PROBLEM_INDEX
 from creditbench.methods.core import RolloutBatch, concat_batches, rows_of_mixed_groups
 
-from .trl_services import TRLServices, adamw_like_trl
+from .trl_services import RowShards, TRLServices, adamw_like_trl
 
 # the training set's column that gives a row's index in task.problems("train")
 PROBLEM_COLUMN = "problem_index"
@@ -117,9 +118,19 @@ class CreditGRPOTrainer(GRPOTrainer):
             reference=self._frozen_reference() if self.credit_method.needs_reference else None,
             optimizer=adamw_like_trl(self.args),
             task=task,
+            shards=self._row_shards(),
         )
         self._refills: Any = None
         self._gathered_rewards: torch.Tensor | None = None
+
+    def _row_shards(self) -> RowShards:
+        """Each process scores its share of the gathered batch's rows (trl_services)."""
+        acc = self.accelerator
+        if acc.num_processes == 1:
+            return RowShards()
+        return RowShards(
+            acc.process_index, acc.num_processes, lambda t: acc.gather(t.to(acc.device)).cpu()
+        )
 
     def _frozen_reference(self) -> Any:
         """TRL's reference model when it keeps one (``beta`` > 0), else a frozen copy of the

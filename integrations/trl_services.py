@@ -14,11 +14,18 @@ metrics.
 Nothing here samples: a method whose rollout draws more than the plain batch (continuations,
 resets, repairs) is refused before training starts (`harness.services.engines`), and any service
 not listed raises NotImplementedError naming it.
+
+On several processes every process holds the whole gathered batch and runs the method on it
+(as TRL's own group statistics do), but the forward passes are split: `score` and
+`score_behaviour` score this process's share of the rows (:class:`RowShards`) and gather the
+shares, so a step costs each process its share of a scoring pass, not a whole one. The
+auxiliary model's fit and `distribution` still run on every row on every process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,6 +37,9 @@ from creditbench.harness.scoring.scorers import Scorers
 from creditbench.harness.services.model_services import ModelServices
 from creditbench.harness.services.text import TaskText
 from creditbench.methods.core import RolloutBatch
+
+Scored = torch.Tensor | dict[str, torch.Tensor]
+BEHAVIOUR = "behaviour_logprobs"  # score_behaviour's log-probs among its statistics
 
 
 def adamw_like_trl(args: Any) -> PolicyOptimizer:
@@ -48,6 +58,43 @@ def adamw_like_trl(args: Any) -> PolicyOptimizer:
     )
 
 
+@dataclass(frozen=True)
+class RowShards:
+    """This process's share of a batch's rows, and the gather that joins every process's.
+
+    ``gather`` concatenates one equally shaped tensor from each process along dim 0, in
+    process order (``accelerator.gather``). Each of the ``count`` processes scores ``ceil(B /
+    count)`` rows, the last ones padded with copies of row ``B - 1`` so that every share has
+    one shape; the copies are dropped after the gather.
+    """
+
+    index: int = 0
+    count: int = 1
+    gather: Callable[[torch.Tensor], torch.Tensor] = lambda tensor: tensor
+
+    def run(
+        self,
+        batch: RolloutBatch,
+        prompts: Sequence[str] | None,
+        score: Callable[[RolloutBatch, Sequence[str] | None], Scored],
+    ) -> Scored:
+        """``score(rows, their prompts)`` on this process's rows, gathered to the whole batch's
+        (``[B, ...]`` tensors, or a dict of them)."""
+        if self.count == 1:
+            return score(batch, prompts)
+        share = -(-batch.size // self.count)
+        first = self.index * share
+        rows = torch.arange(first, first + share).clamp(max=batch.size - 1)
+        mine = score(batch.select(rows), None if prompts is None else [prompts[i] for i in rows])
+
+        def whole(local: torch.Tensor) -> torch.Tensor:
+            return self.gather(local.contiguous())[: batch.size]
+
+        if isinstance(mine, dict):
+            return {key: whole(value) for key, value in mine.items()}
+        return whole(mine)
+
+
 class TRLServices(ModelServices):
     """The services of one `CreditGRPOTrainer` run.
 
@@ -63,6 +110,7 @@ class TRLServices(ModelServices):
             :func:`adamw_like_trl`), or None.
         task: the creditbench task the training set comes from, whose rows carry
             ``extras[PROBLEM_INDEX]``; None: no variants, problems or answers.
+        shards: how the processes split a scoring pass (one process: the whole batch).
     """
 
     def __init__(
@@ -77,8 +125,10 @@ class TRLServices(ModelServices):
         reference: Any = None,
         optimizer: PolicyOptimizer | None = None,
         task: Any = None,
+        shards: RowShards = RowShards(),
     ) -> None:
         self.max_new_tokens, self.seed, self.task = max_new_tokens, seed, task
+        self.shards = shards
         self.step, self.budget_fraction = 0, 0.0
         self.stats: dict[str, float] = {}
         scorers = Scorers(policy, BudgetMeter.for_model(policy), reference, None, optimizer)
@@ -101,12 +151,28 @@ class TRLServices(ModelServices):
     def score_behaviour(self, batch: RolloutBatch, statistics: Sequence[str]) -> None:
         """Fill ``batch.old_logprobs`` with the policy's log-probs before the update (TRL's
         ``old_per_token_logps``) and ``batch.extras`` with ``statistics`` of its next-token
-        distribution, from one forward."""
+        distribution, from one forward (this process's share of it)."""
+
+        def one_pass(rows: RolloutBatch, _: Sequence[str] | None) -> dict[str, torch.Tensor]:
+            if not statistics:
+                return {BEHAVIOUR: self.scoring.score(rows)}
+            logprobs, found = self.scoring.score_with_statistics(rows, statistics)
+            return {**found, BEHAVIOUR: logprobs}
+
+        scored = self.shards.run(batch, None, one_pass)
+        assert isinstance(scored, dict)
+        batch.old_logprobs = scored.pop(BEHAVIOUR)
         if statistics:
-            batch.old_logprobs, found = self.scoring.score_with_statistics(batch, statistics)
-            batch.extras = {**(batch.extras or {}), **found}
-        else:
-            batch.old_logprobs = self.scoring.score(batch)
+            batch.extras = {**(batch.extras or {}), **scored}
+
+    def score(
+        self, batch: RolloutBatch, prompts: Sequence[str] | None = None, model: str = "policy"
+    ) -> torch.Tensor:
+        """Teacher-forced log-probs ``[B, T]`` (:meth:`ModelServices.score`), this process
+        scoring its share of the rows."""
+        scored = self.shards.run(batch, prompts, lambda b, p: self.scoring.score(b, p, model))
+        assert isinstance(scored, torch.Tensor)
+        return scored
 
     # --- the rest of the Services contract: ModelServices; nothing samples ---------------------
 

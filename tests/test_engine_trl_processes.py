@@ -20,7 +20,8 @@ SCRIPT = Path(__file__).with_name("trl_processes.py")
 @pytest.mark.parametrize("method", ["otb", "scapo"])  # behaviour statistics; prompt variants
 def test_two_processes_split_every_scoring_pass_and_agree_on_the_credit(tmp_path, method):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    command = [sys.executable, *launch]
     done = subprocess.run(
         [*command, str(SCRIPT), method, str(tmp_path)],
         env=env,

@@ -20,7 +20,7 @@ report and their prose all read gains, claims, positions and ranks from here:
 - **rank**: by the AUC gain's point estimate (GRPO's is 0); the best remaining method and
   every remaining method whose gain interval overlaps its interval share a rank (competition
   ranking 1, 1, 3), and so on. Overlap of 95% intervals is a conservative test: it misses some
-  real differences and invents none; with one seed only exact ties share a rank. The rows are
+  real differences and invents none; with one seed only ties (to 1e-6) share a rank. The rows are
   listed in rank order, by point estimate within a rank: a method with a wide interval can share
   the leader's rank while one with a higher point but a narrow interval below the leader's does
   not, and a table sorted by point alone would then print its ranks out of order.
@@ -160,7 +160,9 @@ def ranked(frame: pd.DataFrame, column: str = "gain_auc") -> pd.DataFrame:
         low, high = float(low), float(high)
         return point, low if math.isfinite(low) else point, high if math.isfinite(high) else point
 
-    spans = {i: interval(i) for i in frame.index}
+    # rounded to 1e-6: accuracies are recorded in float32 by some runs and exactly by others
+    # (about 1e-8 apart), and a board shows three decimals; gains equal to 1e-6 are a tie
+    spans = {i: tuple(round(x, 6) for x in interval(i)) for i in frame.index}
     known = sorted(
         (i for i in frame.index if math.isfinite(spans[i][0])),
         key=lambda i: (-spans[i][0], frame.at[i, "method"]),

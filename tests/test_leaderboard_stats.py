@@ -210,6 +210,22 @@ def test_the_ranking_lists_rows_in_rank_order_when_a_wide_interval_joins_the_lea
     ]
 
 
+def test_gains_equal_but_for_float_rounding_share_a_rank():
+    # one seed each: only ties share a rank; an accuracy kept in float32 (0.6349999904632568)
+    # and the same one kept exactly (0.635) are a tie, a gap of 1e-4 is not
+    exact, single = 0.635, float(np.float32(0.635))
+    frame = pd.DataFrame(
+        [
+            {"method": "a", "gain_auc": exact},
+            {"method": "b", "gain_auc": single},
+            {"method": "c", "gain_auc": exact - 1e-4},
+        ]
+    )
+    out = ranked(frame)
+    ranks = list(zip(out["rank"], out["rank_shared"], strict=True))
+    assert ranks == [(1, True), (1, True), (3, False)]
+
+
 def test_options_key_and_natural_order():
     assert options_key({"steps": 8, "slip_rate": 0.1}) == "slip_rate=0.1,steps=8"
     assert options_key({}) == "default"

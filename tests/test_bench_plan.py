@@ -36,6 +36,25 @@ def test_a_run_is_estimated_from_its_own_setting_then_from_its_ratio_to_grpo():
     assert setting_method("results/chain-hard-steps=10-grpo-s12") == f"{hard}-grpo"
 
 
+def test_a_variant_never_measured_takes_its_methods_estimate():
+    hard, easy = "chain-hard-steps=10", "chain-easy-steps=8"
+    variant = [
+        Run(name=f"{label}-grpo_s-s0", method="gtpo", task="chain", seed=0, overrides=[],
+            label=label, entry="grpo_s")
+        for label in (hard, easy)
+    ]  # fmt: skip
+    measured = {
+        f"{hard}-grpo": [400.0],
+        f"{hard}-gtpo": [600.0],
+        f"{easy}-grpo": [300.0],
+    }
+    got = estimate_seconds(variant, measured)
+    assert got[f"{hard}-grpo_s-s0"] == 600.0  # GTPO's own time in this setting
+    assert got[f"{easy}-grpo_s-s0"] == pytest.approx(450.0)  # GTPO's ratio on GRPO's easy time
+    measured[f"{hard}-grpo_s"] = [700.0]
+    assert estimate_seconds(variant, measured)[f"{hard}-grpo_s-s0"] == 700.0  # its own first
+
+
 def test_the_longest_runs_start_first_and_the_unmeasured_before_them():
     suite = runs("a", ["grpo", "slow", "new"], seeds=(0,))
     estimates = {"a-grpo-s0": 100.0, "a-slow-s0": 500.0}

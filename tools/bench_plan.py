@@ -13,7 +13,10 @@ A run's estimate is, in order of preference:
 2. the method's median ratio to GRPO's time over the settings where both were measured, times
    GRPO's median in this setting (a method that costs twice GRPO's step on one setting is
    taken to cost twice on another, evaluation included, which makes it slightly high);
-3. none: the run is listed as not measured, and the total counts it apart.
+3. for a variant (a suite entry that is a registered method with options of its own, such as
+   GTPO's ``grpo_s``) never measured itself: its method's estimate, by 1 or 2 (a variant that
+   costs more than its method, OPPO's with a teacher, is then under-estimated);
+4. none: the run is listed as not measured, and the total counts it apart.
 
 Estimates are wall seconds on the machine and under the load the records were made on.
 """
@@ -58,18 +61,23 @@ def estimate_seconds(runs: Sequence[Any], measured: dict[str, list[float]]) -> d
     ``runs`` carry ``name``, ``label`` and ``entry`` (:class:`creditbench.tools.suite.Run`)."""
     median = {key: statistics.median(values) for key, values in measured.items()}
     ratios: dict[str, list[float]] = {}
-    for label, entry in dict.fromkeys((run.label, run.entry) for run in runs):
+    for label, entry in dict.fromkeys(
+        (run.label, name) for run in runs for name in (run.entry, run.method)
+    ):
         own, base = f"{label}-{entry}", f"{label}-{BASELINE}"
         if own in median and base in median and median[base] > 0:
             ratios.setdefault(entry, []).append(median[own] / median[base])
     ratio = {entry: statistics.median(values) for entry, values in ratios.items()}
     out: dict[str, float] = {}
     for run in runs:
-        own, base = f"{run.label}-{run.entry}", f"{run.label}-{BASELINE}"
-        if own in median:
-            out[run.name] = median[own]
-        elif base in median and run.entry in ratio:
-            out[run.name] = median[base] * ratio[run.entry]
+        base = f"{run.label}-{BASELINE}"
+        for name in dict.fromkeys((run.entry, run.method)):  # the variant's own, then its method's
+            if f"{run.label}-{name}" in median:
+                out[run.name] = median[f"{run.label}-{name}"]
+            elif base in median and name in ratio:
+                out[run.name] = median[base] * ratio[name]
+            if run.name in out:
+                break
     return out
 
 

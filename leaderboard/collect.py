@@ -29,9 +29,9 @@ where it ran: :data:`NOT_A_SETTING`), ``config_digest`` (the first 12 hex digits
 SHA-256: two runs with one digest computed the same thing), and from its ``environment.json``
 ``commit``, ``git_dirty`` and ``packages``; and its times where recorded: ``wall_seconds``,
 ``eval_seconds`` (its evaluations' share) and ``step_seconds`` (the median training step). That
-makes the table written as ``runs.csv`` a
-complete record: :mod:`.records` reads it back, and ``collect_runs`` takes such files beside
-results directories, so new runs are compared against committed ones without re-running them.
+makes the table written as ``runs.csv`` a complete record: :mod:`.records` reads it back, and
+``collect_runs`` takes such files beside results directories, so new runs are compared against
+committed ones without re-running them.
 
 No run is counted twice: a folder reached by two paths (a symbolic link) is read once, and two
 folders holding the same run (same method, method options, task, options, setting and seed) keep

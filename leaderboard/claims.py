@@ -138,9 +138,13 @@ def tally(verdicts: Sequence[Verdict]) -> str:
 def claims_page(cards: Sequence[Card], sources: Sequence[str], *, reps: int = 2000) -> str:
     """The claims page: how a claim is read, the tally and the table, from the records in
     ``sources`` (folders or ``runs.csv`` files, :func:`~.collect.collect_runs`)."""
-    from .collect import collect_runs
+    from .collect import collect_runs, manifest_folders, suite_coverage
 
     table, _ = collect_runs(list(sources))
+    finished = set(table.loc[table["kind"] == "run", "run"]) if not table.empty else set()
+    coverage = suite_coverage(manifest_folders(sources), finished)
+    if any("partial snapshot" in sentence for sentence in coverage):
+        coverage.append("A verdict can change as the missing seeds finish.")
     verdicts = (
         judge_cards(cards, table, reps=reps)
         if not table.empty
@@ -170,6 +174,7 @@ def claims_page(cards: Sequence[Card], sources: Sequence[str], *, reps: int = 20
         + ". "
         "Made by `creditbench claims " + " ".join(str(s) for s in sources) + "`.",
         "",
+        *([" ".join(coverage), ""] if coverage else []),
         f"**{tally(verdicts)}.**",
         "",
         claims_table(verdicts),

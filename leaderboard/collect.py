@@ -435,17 +435,26 @@ def _manifests(results_dir: str | Path) -> list[tuple[Path, tuple[str, list] | N
     return [(path, read_suite_manifest(path)) for path in paths]
 
 
-def suite_names(results_dir: str | Path) -> list[str]:
-    """The names of the suites whose readable manifests lie in the folder."""
-    return [found[0] for _, found in _manifests(results_dir) if found is not None]
+def manifest_folders(sources: Iterable[str | Path]) -> list[Path]:
+    """Where the suite manifests of ``sources`` lie: a results folder holds its own, and a
+    committed ``runs.csv`` has a copy beside it."""
+    paths = (Path(source) for source in sources)
+    return list(dict.fromkeys(path if path.is_dir() else path.parent for path in paths))
 
 
-def suite_coverage(results_dir: str | Path, finished: set[str]) -> list[str]:
+def suite_names(folders: Iterable[str | Path]) -> list[str]:
+    """The names of the suites whose readable manifests lie in the folders, each once."""
+    found = (m for folder in folders for _, m in _manifests(folder))
+    return list(dict.fromkeys(m[0] for m in found if m is not None))
+
+
+def suite_coverage(folders: Iterable[str | Path], finished: set[str]) -> list[str]:
     """One sentence per suite manifest (``suite-<name>.json``, written by ``creditbench bench``)
-    in the folder: how many of the suite's runs are among ``finished`` (run folder names), by
-    setting when the suite is incomplete. An unreadable manifest gives a sentence saying so."""
-    sentences = []
-    for path, found in _manifests(results_dir):
+    in the folders: how many of the suite's runs are among ``finished`` (run folder names), by
+    setting when the suite is incomplete; a sentence said by two copies of a manifest appears
+    once. An unreadable manifest gives a sentence saying so."""
+    sentences: list[str] = []
+    for path, found in (m for folder in folders for m in _manifests(folder)):
         if found is None:
             sentences.append(f"{path.name}: unreadable suite manifest, coverage unknown.")
             continue
@@ -464,4 +473,4 @@ def suite_coverage(results_dir: str | Path, finished: set[str]) -> list[str]:
             f"Suite {name}: {done} of {len(runs)} runs finished ({parts}); a partial snapshot: "
             "its intervals and ranks use only the seeds present."
         )
-    return sentences
+    return list(dict.fromkeys(sentences))

@@ -37,7 +37,7 @@ from creditbench.harness.records.files import RunFormatError, atomic_write_bytes
 
 from . import plots
 from .board import summarize
-from .collect import collect_runs, suite_coverage, suite_names
+from .collect import collect_runs, manifest_folders, suite_coverage, suite_names
 from .papers import reported_results
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups
 from .tables import accuracy_table, credit_table, gains_table, paper_table, position_notes
@@ -360,15 +360,11 @@ def render(
     figures = setting_figures(stats)
     figures.update({name: png for name, png in drawn.items() if png is not None})
     finished = set(table.loc[table["kind"] == "run", "run"])
-    # A suite's manifest lies in its results folder, or next to the runs.csv committed from it.
-    folders = dict.fromkeys(p if p.is_dir() else p.parent for p in paths_in)
-    # one sentence per manifest read: a copy beside a committed runs.csv says it once
-    coverage = list(
-        dict.fromkeys(s for folder in folders for s in suite_coverage(folder, finished))
-    )
+    folders = manifest_folders(paths_in)
+    coverage = suite_coverage(folders, finished)
     # the board is named after the suites it shows, else after the folder it is written to
-    suites = [n for folder in folders for n in suite_names(folder)]
-    name = f"suite {', '.join(dict.fromkeys(suites))}" if suites else out.resolve().name
+    suites = suite_names(folders)
+    name = f"suite {', '.join(suites)}" if suites else out.resolve().name
     blocks = build_blocks(name, stats, papers, warnings, figures, n_runs, coverage)
     blocks.append(("h2", "Provenance"))
     blocks.append(("p", provenance(table)))

@@ -4,6 +4,7 @@ only its own rows' runs in its own setting, and `creditbench claims` writes the 
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pandas as pd
@@ -162,6 +163,27 @@ def test_the_claims_command_writes_the_page_from_records(tmp_path, capsys):
     assert page.startswith("# The papers' claims on the testbed")
     dapo_rows = [line for line in page.splitlines() if line.startswith("| dapo |")]
     assert dapo_rows and any(line.endswith("| reproduced |") for line in dapo_rows)
+
+
+def test_the_claims_page_says_when_its_suite_is_a_partial_snapshot(tmp_path):
+    runs = tmp_path / "runs"
+    names = [f"{HARD}-{method}-s{seed}" for seed in range(6) for method in ("grpo", "dapo")]
+    for name in names[:10]:  # seed 5 of both not finished yet
+        method, seed = name.rsplit("-", 2)[-2], int(name[-1])
+        make_run(runs, name, method, seed)
+
+    def page(listed: list[str]) -> str:
+        manifest = {"suite": "standard", "runs": [{"name": n, "setting": HARD} for n in listed]}
+        (runs / "suite-standard.json").write_text(json.dumps(manifest), encoding="utf-8")
+        out = tmp_path / "claims.md"
+        assert main(["claims", str(runs), "--card", "dapo", "--out", str(out)]) == 0
+        return out.read_text(encoding="utf-8")
+
+    partial = page(names)
+    assert "Suite standard: 10 of 12 runs finished" in partial
+    assert "A verdict can change as the missing seeds finish." in partial
+    whole = page(names[:10])
+    assert "Suite standard: all 10 runs finished." in whole and "can change" not in whole
 
 
 def test_the_claims_command_refuses_an_unknown_card(tmp_path, capsys):

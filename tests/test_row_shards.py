@@ -19,7 +19,7 @@ class Processes:
 
     def __init__(self, count: int) -> None:
         self.count, self.parts = count, [None] * count
-        self.barrier = threading.Barrier(count)
+        self.barrier = threading.Barrier(count, timeout=30)  # a share never gathered fails
 
     def gather_for(self, index: int):
         def gather(tensor: torch.Tensor) -> torch.Tensor:
@@ -57,7 +57,7 @@ def test_each_process_scores_its_share_and_every_process_gets_the_whole(size, co
 
         results[index] = shards.run(batch, prompts, counted)
 
-    threads = [threading.Thread(target=process, args=(k,)) for k in range(count)]
+    threads = [threading.Thread(target=process, args=(k,), daemon=True) for k in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:

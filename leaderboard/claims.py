@@ -142,9 +142,12 @@ def claims_page(cards: Sequence[Card], sources: Sequence[str], *, reps: int = 20
 
     table, _ = collect_runs(list(sources))
     finished = set(table.loc[table["kind"] == "run", "run"]) if not table.empty else set()
-    coverage = suite_coverage(manifest_folders(sources), finished)
-    if any("partial snapshot" in sentence for sentence in coverage):
-        coverage.append("A verdict can change as the missing seeds finish.")
+    coverage = suite_coverage(
+        manifest_folders(sources),
+        finished,
+        "its intervals use only the seeds present. A verdict can change as the missing seeds "
+        "finish.",
+    )
     verdicts = (
         judge_cards(cards, table, reps=reps)
         if not table.empty

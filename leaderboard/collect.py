@@ -448,11 +448,17 @@ def suite_names(folders: Iterable[str | Path]) -> list[str]:
     return list(dict.fromkeys(m[0] for m in found if m is not None))
 
 
-def suite_coverage(folders: Iterable[str | Path], finished: set[str]) -> list[str]:
+PARTIAL_BOARD = "its intervals and ranks use only the seeds present."
+
+
+def suite_coverage(
+    folders: Iterable[str | Path], finished: set[str], partial: str = PARTIAL_BOARD
+) -> list[str]:
     """One sentence per suite manifest (``suite-<name>.json``, written by ``creditbench bench``)
     in the folders: how many of the suite's runs are among ``finished`` (run folder names), by
-    setting when the suite is incomplete; a sentence said by two copies of a manifest appears
-    once. An unreadable manifest gives a sentence saying so."""
+    setting when the suite is incomplete, then what that means for the page (``partial``); a
+    sentence said by two copies of a manifest appears once. An unreadable manifest gives a
+    sentence saying so."""
     sentences: list[str] = []
     for path, found in (m for folder in folders for m in _manifests(folder)):
         if found is None:
@@ -471,6 +477,6 @@ def suite_coverage(folders: Iterable[str | Path], finished: set[str]) -> list[st
         parts = ", ".join(f"{s} {d}/{n}" for s, (d, n) in by_setting.items())
         sentences.append(
             f"Suite {name}: {done} of {len(runs)} runs finished ({parts}); a partial snapshot: "
-            "its intervals and ranks use only the seeds present."
+            + partial
         )
     return list(dict.fromkeys(sentences))

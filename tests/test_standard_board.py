@@ -1,0 +1,54 @@
+"""The committed standard board as a newcomer uses it (issue: the validated leaderboard).
+
+A contributor runs only their method's seeds of the standard suite and renders them with the
+committed records: ``creditbench leaderboard docs/results/standard/runs.csv runs/mine --out b``.
+Their method must be placed on the board's GRPO (0) -> oracle (1) scale, paired with GRPO's
+committed seeds, exactly as a committed method with the same runs is.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from creditbench.tools.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+STANDARD = ROOT / "docs" / "results" / "standard"
+HARD = "chain-hard-steps=10-slip_rate=0.1-weak_slip_rate=0.3-direct_slip_rate=0.65"
+COMMITTED = "dfpo"  # any committed method with at least 5 hard seeds
+
+
+def row(page: str, method: str) -> list[str]:
+    """The cells of the ranking table's row for ``method`` (the first table naming it)."""
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 7 and cells[1] == method:
+            return cells
+    raise AssertionError(f"no ranking row for {method}")
+
+
+def test_a_newcomers_runs_are_placed_on_the_committed_boards_scale(tmp_path: Path) -> None:
+    assert (STANDARD / "runs.csv").is_file(), "the standard board's records are committed"
+    mine = tmp_path / "mine"
+    runs = sorted(STANDARD.glob(f"{HARD}-{COMMITTED}-s*"))
+    assert len(runs) >= 5, "positions need 5 seeds"
+    for run in runs:  # the newcomer's method: the same records under another name
+        seed = run.name.rsplit("-s", 1)[1]
+        target = mine / f"{HARD}-mine-s{seed}"
+        shutil.copytree(run, target)
+        for name in ("config.yaml", "summary.json"):
+            text = (target / name).read_text(encoding="utf-8")
+            (target / name).write_text(text.replace(COMMITTED, "mine"), encoding="utf-8")
+
+    board = tmp_path / "b"
+    argv = ["leaderboard", str(STANDARD / "runs.csv"), str(mine), "--out", str(board)]
+    assert main([*argv, "--reps", "200"]) == 0
+    page = (board / "leaderboard.md").read_text(encoding="utf-8")
+    theirs, committed = row(page, "mine"), row(page, COMMITTED)
+    assert theirs[2] == str(len(runs))  # every seed paired with GRPO's committed run
+    position = re.fullmatch(r"(-?\d\.\d\d) \[(-?\d\.\d\d), (-?\d\.\d\d)\]", theirs[5])
+    assert position, f"not placed on the scale: {theirs[5]!r}"
+    assert theirs[3:6] == committed[3:6]  # same runs, same AUC, gain and position
+    assert not (STANDARD / "mine").exists() and "mine" not in (STANDARD / "runs.csv").read_text()

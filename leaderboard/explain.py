@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import io
 import math
+import re
 import textwrap
 from typing import Any
 
@@ -98,6 +99,15 @@ def credit_html(responses: list[dict[str, Any]], columns: list[str], title: str)
         out.append("</div>")
     out.append("</body></html>\n")
     return "\n".join(out)
+
+
+def shown_columns(page: str) -> list[str]:
+    """The columns a page of :func:`credit_html` shows, in order (its first response's panels)."""
+    first = page.split('<div class="credit"', 2)
+    if len(first) < 2:
+        return []
+    heads = re.findall(r'<div class="panel"><h4>(.*?)</h4>', first[1])
+    return [html.unescape(h) for h in heads]
 
 
 def credit_ansi(responses: list[dict[str, Any]], columns: list[str], title: str) -> str:

@@ -8,12 +8,19 @@ where the oracle separates. The block sits between two markers in the page, so i
 in place and a test can recompute it from ``docs/results/standard/runs.csv``::
 
     python scripts/home_headline.py docs/results/standard/runs.csv docs/index.md
+
+A second block below it introduces the credit picture: GRPO, the oracle, the board's best
+method (the first row of the hard setting's ranking after the references) and OPPO, the seed
+papers' self-oracle, large enough to read (:func:`credit_block`). When the board's best
+changes, the block names the new method and the picture must be redrawn with the command the
+block shows (``--explain`` does it).
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -24,6 +31,11 @@ from .stats import BASELINE, ORACLE
 from .verdict import setting_verdict
 
 START, END = "<!-- headline: computed from the records; do not edit -->", "<!-- /headline -->"
+CREDIT_START = "<!-- credit picture: computed from the records; do not edit -->"
+CREDIT_END = "<!-- /credit picture -->"
+SEED_METHOD = "oppo"  # the self-oracle the project's seed papers start from
+SPARE = "vineppo"  # stands in for the board's best before there is one, or when it is OPPO
+PICTURE = "results/credit/few"  # the credit picture's folder, relative to the page
 TASK, LABEL = "chain", "hard"  # the standard suite's hard setting (tools/suites/standard.yaml)
 
 
@@ -55,19 +67,95 @@ def _positions(frame: pd.DataFrame) -> str:
     )
 
 
-def headline_block(
-    records: str | Path, board: str = "results/standard", *, reps: int = 2000
-) -> str:
-    """The Markdown between the markers, from the records (a ``runs.csv`` or a folder);
-    ``board`` is the board's folder relative to the page, where its figure lies."""
+def hard_board(records: str | Path, *, reps: int = 2000) -> pd.DataFrame:
+    """The board's per-method rows of the hard setting (:func:`.board.summarize`), from the
+    records (a ``runs.csv`` or a folder)."""
     from .collect import collect_runs
 
     table, _ = collect_runs([records])
     hard = setting_rows(table)
     if hard.empty or not (hard["kind"] == "run").any():
         raise HeadlineError(f"{records}: no finished run of the {LABEL} setting")
-    stats = summarize(hard, reps=reps)
-    frame = stats["methods"]
+    return summarize(hard, reps=reps)["methods"]
+
+
+def best_method(frame: pd.DataFrame) -> str | None:
+    """The first row of the ranking after GRPO and the oracle; None before GRPO's runs."""
+    if BASELINE not in set(frame["method"]):
+        return None
+    rows = ranked(frame[~frame["method"].isin([BASELINE, ORACLE])])
+    return None if rows.empty else str(rows.iloc[0]["method"])
+
+
+def credit_methods(best: str | None) -> list[str]:
+    """The credit picture's columns: GRPO, the oracle, the board's best, the seed method."""
+    third = SPARE if best in (None, SEED_METHOD) else best
+    return [BASELINE, ORACLE, third, SEED_METHOD]
+
+
+def credit_command(methods: list[str], folder: str = f"docs/{PICTURE}") -> str:
+    """The command that draws the picture of ``methods`` into ``folder``."""
+    return (
+        "creditbench explain --responses 2 --set rollout.prompts_per_step=2 "
+        f"--out {folder} \\\n  --methods {','.join(methods)}"
+    )
+
+
+def credit_block(best: str | None) -> str:
+    """The Markdown between the credit picture's markers, for the board's best method."""
+    methods = credit_methods(best)
+    third = methods[2]
+    if third == SPARE:
+        why = "the board's best joins it once the board ranks one besides OPPO"
+        third_text = f"VinePPO (Monte-Carlo values; {why})"
+    else:
+        third_text = f"{third}, first on the board above after the oracle"
+    return "\n".join(
+        [
+            CREDIT_START,
+            'What "token-level credit" means, on two failed responses of one batch: four '
+            "methods' advantages on the same tokens (red: blame, blue: positive credit, each "
+            "method scaled to its own largest |advantage|; underlined: the step checker's first "
+            "wrong step). GRPO blames every token alike; the near-exact oracle puts the blame on "
+            "the first wrong step and gives each right step the change it made to the chance of "
+            f"success (near 0 for most); {third_text}, and OPPO (a self-oracle's evidence, the "
+            "seed papers' method) each spread it their own way ([the methods](methods/index.md)).",
+            "",
+            f"![Token advantages of {', '.join(methods)} on the same failed responses]"
+            f"({PICTURE}/credit.png)",
+            "",
+            f"Made by (a minute or two on two CPU cores; [as a page]({PICTURE}/credit.html)):",
+            "",
+            "```bash",
+            credit_command(methods),
+            "```",
+            CREDIT_END,
+        ]
+    )
+
+
+class Home(NamedTuple):
+    headline: str  # the headline block
+    credit: str  # the credit picture's block
+    methods: list[str]  # the credit picture's columns
+
+
+def home_blocks(records: str | Path, board: str = "results/standard", *, reps: int = 2000) -> Home:
+    """The home page's two blocks, from one computation of the board."""
+    frame = hard_board(records, reps=reps)
+    best = best_method(frame)
+    return Home(_headline(frame, records, board), credit_block(best), credit_methods(best))
+
+
+def headline_block(
+    records: str | Path, board: str = "results/standard", *, reps: int = 2000
+) -> str:
+    """The Markdown between the markers, from the records (a ``runs.csv`` or a folder);
+    ``board`` is the board's folder relative to the page, where its figure lies."""
+    return _headline(hard_board(records, reps=reps), records, board)
+
+
+def _headline(frame: pd.DataFrame, records: str | Path, board: str) -> str:
     keys = frame[["task", "options", "setting"]].drop_duplicates()
     if len(keys) != 1:
         raise HeadlineError(f"{records}: the {LABEL} setting's runs differ in their settings")
@@ -98,18 +186,18 @@ def headline_block(
     )
 
 
-def rewrite(page: str, block: str) -> str:
-    """``page`` with the text between its markers replaced by ``block``."""
-    if page.count(START) != 1 or page.count(END) != 1:
-        raise HeadlineError("the page needs exactly one pair of headline markers")
-    before, rest = page.split(START)
-    _, after = rest.split(END)
+def rewrite(page: str, block: str, start: str = START, end: str = END) -> str:
+    """``page`` with the text between its markers ``start`` and ``end`` replaced by ``block``."""
+    if page.count(start) != 1 or page.count(end) != 1:
+        raise HeadlineError(f"the page needs exactly one pair of markers {start} ... {end}")
+    before, rest = page.split(start)
+    _, after = rest.split(end)
     return before + block + after
 
 
-def current(page: str) -> str | None:
+def current(page: str, start: str = START, end: str = END) -> str | None:
     """The block between the page's markers (markers included), or None without them."""
-    if START not in page:
+    if start not in page:
         return None
-    before, rest = page.split(START, 1)
-    return START + rest.split(END, 1)[0] + END
+    before, rest = page.split(start, 1)
+    return start + rest.split(end, 1)[0] + end

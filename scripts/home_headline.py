@@ -1,9 +1,12 @@
-"""Rewrite the home page's headline block from the leaderboard's committed records.
+"""Rewrite the home page's computed blocks from the leaderboard's committed records.
 
-    python scripts/home_headline.py docs/results/standard/runs.csv docs/index.md
+    python scripts/home_headline.py docs/results/standard/runs.csv docs/index.md [--explain]
 
-The block lies between the markers of :mod:`creditbench.leaderboard.headline`; run this after
-each `creditbench leaderboard docs/results/standard/runs.csv --out docs/results/standard`.
+The headline and the credit picture's block lie between the markers of
+:mod:`creditbench.leaderboard.headline`; run this after each `creditbench leaderboard
+docs/results/standard/runs.csv --out docs/results/standard`. When the board's best method
+changes, the credit picture must show it: without ``--explain`` the script says so and exits 1;
+with it, the picture is redrawn (``creditbench explain``, a minute or two).
 """
 
 from __future__ import annotations
@@ -11,22 +14,49 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from creditbench.leaderboard.headline import HeadlineError, headline_block, rewrite
+from creditbench.leaderboard.explain import shown_columns
+from creditbench.leaderboard.headline import (
+    CREDIT_END,
+    CREDIT_START,
+    PICTURE,
+    HeadlineError,
+    home_blocks,
+    rewrite,
+)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python scripts/home_headline.py RECORDS PAGE", file=sys.stderr)
+    explain = "--explain" in argv
+    paths = [a for a in argv if a != "--explain"]
+    if len(paths) != 2 or any(a.startswith("-") for a in paths):
+        print("usage: python scripts/home_headline.py RECORDS PAGE [--explain]", file=sys.stderr)
         return 2
-    records, page = Path(argv[0]), Path(argv[1])
+    records, page = Path(paths[0]), Path(paths[1])
     try:
-        text = rewrite(page.read_text(encoding="utf-8"), headline_block(records))
+        home = home_blocks(records)
+        text = rewrite(page.read_text(encoding="utf-8"), home.headline)
+        text = rewrite(text, home.credit, CREDIT_START, CREDIT_END)
     except (OSError, HeadlineError) as err:
         print(f"home_headline: {err}", file=sys.stderr)
         return 2
     page.write_text(text, encoding="utf-8")
     print(page)
-    return 0
+    folder = page.parent / PICTURE
+    html = folder / "credit.html"
+    shown = shown_columns(html.read_text(encoding="utf-8")) if html.is_file() else []
+    if shown == home.methods:
+        return 0
+    if not explain:
+        print(
+            f"home_headline: {html} shows {shown or 'nothing'}, the page names {home.methods}; "
+            "rerun with --explain to redraw it",
+            file=sys.stderr,
+        )
+        return 1
+    from creditbench.tools.cli.main import main as cli
+
+    argv = ["explain", "--responses", "2", "--set", "rollout.prompts_per_step=2"]
+    return cli([*argv, "--out", str(folder), "--methods", ",".join(home.methods)])
 
 
 if __name__ == "__main__":

@@ -1,20 +1,30 @@
 """The home page's headline is computed from the leaderboard's committed records: the board's
-own figure of the hard setting and sentences from its intervals."""
+own figure of the hard setting and sentences from its intervals; below it, the credit picture
+shows the board's best method beside GRPO, the oracle and OPPO."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 from fake_runs import make_run
 
 from creditbench.leaderboard import render
+from creditbench.leaderboard.explain import credit_html, shown_columns
 from creditbench.leaderboard.headline import (
+    CREDIT_END,
+    CREDIT_START,
     END,
+    PICTURE,
     START,
     HeadlineError,
+    best_method,
+    credit_methods,
     current,
+    hard_board,
     headline_block,
+    home_blocks,
     rewrite,
 )
 
@@ -62,18 +72,67 @@ def test_records_without_the_hard_setting_give_no_headline(tmp_path):
 
 
 def test_the_home_page_headline_is_the_one_its_committed_records_give():
-    """With the standard board committed, the home page's block is recomputed from its
-    records and must match; before it exists, the page shows no computed headline."""
+    """With the standard board committed, the home page's blocks are recomputed from its
+    records and must match, and the credit picture shows the methods its block names; before
+    the records exist, the page shows no computed headline."""
     page = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
     records = ROOT / "docs" / "results" / "standard" / "runs.csv"
     if not records.exists():
         assert current(page) is None, "a computed headline without the records it comes from"
         return
-    expected = headline_block(records, reps=2000)
-    assert current(page) == expected, "rerun scripts/home_headline.py"
-    if "](" in expected:  # the gain figure, once GRPO's runs are in
-        figure = expected.split("](", 1)[1].split(")", 1)[0]
+    home = home_blocks(records, reps=2000)
+    assert current(page) == home.headline, "rerun scripts/home_headline.py"
+    assert current(page, CREDIT_START, CREDIT_END) == home.credit, "rerun scripts/home_headline.py"
+    if "](" in home.headline:  # the gain figure, once GRPO's runs are in
+        figure = home.headline.split("](", 1)[1].split(")", 1)[0]
         assert (ROOT / "docs" / figure).is_file()
+    picture = ROOT / "docs" / PICTURE
+    shown = shown_columns((picture / "credit.html").read_text(encoding="utf-8"))
+    assert shown == home.methods, "rerun scripts/home_headline.py with --explain"
+    assert (picture / "credit.png").is_file()
+
+
+def test_the_credit_picture_shows_the_boards_best_beside_grpo_the_oracle_and_oppo(tmp_path):
+    frame = hard_board(board(tmp_path) / "runs.csv", reps=200)
+    assert best_method(frame) == "dapo"  # the only method besides the references
+    assert credit_methods("dapo") == ["grpo", "oracle", "dapo", "oppo"]
+    assert credit_methods("oppo") == ["grpo", "oracle", "vineppo", "oppo"]  # no column twice
+    assert credit_methods(None) == ["grpo", "oracle", "vineppo", "oppo"]
+    no_grpo = tmp_path / "no_grpo"
+    make_run(no_grpo, f"{HARD}-dapo-s0", "dapo", 0)
+    assert best_method(hard_board(no_grpo, reps=50)) is None
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "home_headline", ROOT / "scripts" / "home_headline.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_script_says_when_the_picture_no_longer_shows_the_boards_best(tmp_path, capsys):
+    runs = board(tmp_path)
+    page = tmp_path / "index.md"
+    page.write_text(f"# Home\n\n{START}\n{END}\n\n{CREDIT_START}\n{CREDIT_END}\n")
+    picture = tmp_path / PICTURE
+    picture.mkdir(parents=True)
+
+    def draw(columns):
+        response = {"prompt": "p", "tokens": ["a"], "first_wrong": [], "reward": 0.0}
+        response["advantages"] = {c: [0.5] for c in columns}
+        (picture / "credit.html").write_text(credit_html([response], columns, "t"))
+
+    draw(["grpo", "oracle", "oppo", "vineppo"])  # drawn before DAPO led the board
+    assert _script().main([str(runs / "runs.csv"), str(page)]) == 1
+    assert "rerun with --explain" in capsys.readouterr().err
+    text = page.read_text()
+    assert "--methods grpo,oracle,dapo,oppo" in current(text, CREDIT_START, CREDIT_END)
+    assert "dapo (+0.050" in current(text)
+    draw(["grpo", "oracle", "dapo", "oppo"])
+    assert _script().main([str(runs / "runs.csv"), str(page)]) == 0
+    assert _script().main([str(page)]) == 2  # usage
 
 
 def test_before_grpos_runs_the_block_says_so_and_shows_no_figure(tmp_path):

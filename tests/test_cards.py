@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 
 import pytest
 import yaml
@@ -58,6 +59,16 @@ def test_every_paper_has_a_card_that_loads(cards):
         assert card.path is not None and card.path.name == f"{card_id}.yaml"
         if arxiv is not None:
             assert card.arxiv.split("v")[0] == arxiv
+
+
+def test_the_reproducing_page_names_every_card_id(cards):
+    """docs/reproducing.md lists the ids `creditbench reproduce` takes; a new card joins it."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reproducing.md").read_text()
+    listed = page.split("Card ids are the file names", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"`([a-z_]+)`", listed))
+    assert named == set(cards), f"missing: {set(cards) - named}, stale: {named - set(cards)}"
 
 
 def test_every_registered_method_is_named_by_a_card(cards):

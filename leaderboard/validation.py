@@ -141,9 +141,10 @@ def validation_table(
     for (options, setting, which), group in runs.groupby(keys, sort=False):
         row: dict = {"options": options, "setting": setting, "seed_set": which}
         seeds = [set(group.loc[group["method"] == m, "seed"]) for m in (BASELINE, ORACLE)]
+        row["name"] = _setting_name(group)  # named before pairing: a cell of one method too
+        row[f"runs_{BASELINE}"], row[f"runs_{ORACLE}"] = len(seeds[0]), len(seeds[1])
         group = group[group["seed"].isin(seeds[0] & seeds[1])]  # every figure over the pairs
         row["seeds"] = len(seeds[0] & seeds[1])
-        row["name"] = _setting_name(group) if len(group) else f"{options} {setting}"
         if which == "confirmatory":
             row["name"] += " (confirmatory)"
         row["start_acc"] = _mean(group, BASELINE, "start_accuracy")
@@ -329,10 +330,27 @@ def validation_markdown(results_dir: str | Path, *, reps: int = 2000) -> str:
     return validation_report(results_dir, reps=reps)[0]
 
 
+def _unpaired_line(rows: pd.DataFrame) -> list[str]:
+    """The settings whose runs are of one method only (or at other seeds): nothing to pair."""
+    if rows.empty:
+        return []
+    cells = ", ".join(
+        f"{r['name']} ({BASELINE} {int(r[f'runs_{BASELINE}'])} seeds, "
+        f"{ORACLE} {int(r[f'runs_{ORACLE}'])})"
+        for _, r in rows.iterrows()
+    )
+    return ["", f"Settings with no seed run by both methods, so nothing to compare: {cells}."]
+
+
 def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
     lines = ["# Validation: oracle credit against GRPO at equal FLOPs", ""]
     if rows.empty:
         return "\n".join([*lines, "No finished runs of grpo and oracle were found.", ""])
+    unpaired = _unpaired_line(rows[rows["seeds"] == 0])
+    rows = rows[rows["seeds"] > 0].reset_index(drop=True)
+    if rows.empty:
+        text = "No setting has finished runs of grpo and oracle at the same seed."
+        return "\n".join([*lines, text, *unpaired, ""])
     lines += [
         "Gap = oracle - GRPO (paired by seed), 95% bootstrap interval in brackets, the 95% "
         "t interval after t, and k/n: the seeds (of n pairs) at which the oracle is ahead; "
@@ -379,6 +397,7 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         "",
         "`*`: both intervals lie above zero (oracle credit ahead); `†`: both below zero (GRPO "
         f"ahead); neither with fewer than {MIN_PAIRS_FOR_A_CLAIM} seeds.",
+        *unpaired,
         "",
         *_saturation_lines(rows),
     ]

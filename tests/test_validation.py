@@ -115,6 +115,31 @@ def test_too_few_seeds_claim_no_gap_whatever_their_signs():
     assert not row.final_separates and not row.auc_separates  # but 4 pairs claim nothing
 
 
+def test_a_setting_of_one_method_is_named_apart_not_a_row_of_nan(monkeypatch, tmp_path):
+    """The optimizer grid ran some cells with GRPO only: the report names them under the
+    table with each method's seeds, instead of a row of 0 seeds and nan."""
+    finals = [0.30, 0.50, 0.40, 0.60, 0.35]
+    table = pd.DataFrame(
+        run_rows("steps=4", "lr=5e-05", "grpo", finals, finals)
+        + run_rows("steps=4", "lr=5e-05", "oracle", [x + 0.05 for x in finals], finals)
+        + run_rows("steps=4", "lr=0.00015", "grpo", finals[:2], finals[:2])
+    )
+    from creditbench.leaderboard import validation
+
+    monkeypatch.setattr(validation, "collect_runs", lambda _: (table, []))
+    report = validation_markdown(tmp_path, reps=200)
+    rows = [line for line in report.splitlines() if line.startswith("| steps=4")]
+    assert len(rows) == 1 and "lr=5e-05" in rows[0]  # no row of 0 seeds and nan for 0.00015
+    assert "| 0 |" not in report and report.count("lr=0.00015") == 1
+    assert "nothing to compare: steps=4-lr=0.00015 (grpo 2 seeds, oracle 0)." in report
+
+    grpo_only = table[table["setting"] == "lr=0.00015"]
+    monkeypatch.setattr(validation, "collect_runs", lambda _: (grpo_only, []))
+    report = validation_markdown(tmp_path, reps=200)
+    assert "No setting has finished runs of grpo and oracle at the same seed." in report
+    assert "(grpo 2 seeds, oracle 0)" in report
+
+
 def test_grpo_ahead_beyond_noise_is_reported_not_hidden(monkeypatch, tmp_path):
     grpo_final = [0.30, 0.50, 0.40, 0.60, 0.35]
     oracle_final = [x - 0.04 for x in grpo_final]  # seed by seed behind

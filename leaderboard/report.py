@@ -59,7 +59,9 @@ HOW_TO_READ = (
     "update. Rank: by the AUC gain; the best remaining method and every method whose gain "
     "interval overlaps its interval share a rank (=1). Position: the method's mean AUC gain "
     "over the oracle's, GRPO at 0 and the exact-credit oracle at 1, with a bootstrap interval "
-    "over seeds; n/a unless the oracle is ahead of GRPO by the same rule (a ratio to a gap "
+    "over seeds, read on the seeds at which the method, GRPO and the oracle have all run (a "
+    "method with more seeds than the oracle has its gain over all of them); n/a unless the "
+    "oracle is ahead of GRPO by the same rule (a ratio to a gap "
     "noise could erase is noise). Cost: the FLOPs and the wall time of a step over GRPO's "
     "(runs are matched on FLOPs, so a dearer step means fewer steps; the wall time is the "
     "median training step, evaluations left out, median over seeds, on whatever machine and "
@@ -77,6 +79,11 @@ HOW_TO_READ = (
 
 # ---------------------------------------------------------------------------------------------
 # The document: a list of blocks, written out as Markdown and as HTML
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 method``, ``3 methods``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def setting_figures(stats: dict) -> dict[str, bytes]:
@@ -107,9 +114,10 @@ def build_blocks(
     blocks.append(
         (
             "p",
-            f"{n_runs} finished runs, {methods.groupby(GROUP).ngroups} task settings, "
-            f"{methods['method'].nunique()} methods. Baseline: {BASELINE}; upper reference: "
-            f"{ORACLE}. Ranked by the gain in AUC over GRPO; brackets are 95% intervals.",
+            f"{n_runs} finished runs, {_count(methods.groupby(GROUP).ngroups, 'task setting')}, "
+            f"{_count(methods['method'].nunique(), 'method')}. Baseline: {BASELINE}; upper "
+            f"reference: {ORACLE}. Ranked by the gain in AUC over GRPO, methods whose intervals "
+            "overlap sharing a rank (how to read: at the end); brackets are 95% intervals.",
         )
     )
     blocks += [("p", sentence) for sentence in coverage]
@@ -126,8 +134,9 @@ def build_blocks(
         blocks.append(
             (
                 "p",
-                f"Task {key[0]}, options {key[1]}, setting {key[2]}; accuracy: {metric} on "
-                "the eval split."
+                f"Task {key[0]}, options {key[1]}"
+                + ("" if key[2] == "default" else f", setting {key[2]}")
+                + f"; accuracy: {metric} on the eval split."
                 + (" One seed (n=1) has no interval." if (frame["n_seeds"] < 2).any() else "")
                 + "".join(f" {note}" for note in position_notes(frame)),
             )

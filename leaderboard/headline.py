@@ -19,6 +19,7 @@ block shows (``--explain`` does it).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
@@ -79,12 +80,21 @@ def hard_board(records: str | Path, *, reps: int = 2000) -> pd.DataFrame:
     return summarize(hard, reps=reps)["methods"]
 
 
+def leaders(frame: pd.DataFrame) -> list[str]:
+    """The first rank of the ranking after GRPO and the oracle, best first: the best method
+    and those whose intervals overlap its interval; empty before GRPO's runs."""
+    if BASELINE not in set(frame["method"]):
+        return []
+    rows = ranked(frame[~frame["method"].isin([BASELINE, ORACLE])])
+    if rows.empty or not math.isfinite(rows.iloc[0]["rank"]):
+        return []
+    return [str(m) for m in rows.loc[rows["rank"] == rows.iloc[0]["rank"], "method"]]
+
+
 def best_method(frame: pd.DataFrame) -> str | None:
     """The first row of the ranking after GRPO and the oracle; None before GRPO's runs."""
-    if BASELINE not in set(frame["method"]):
-        return None
-    rows = ranked(frame[~frame["method"].isin([BASELINE, ORACLE])])
-    return None if rows.empty else str(rows.iloc[0]["method"])
+    first = leaders(frame)
+    return first[0] if first else None
 
 
 def credit_methods(best: str | None) -> list[str]:
@@ -101,13 +111,19 @@ def credit_command(methods: list[str], folder: str = f"docs/{PICTURE}") -> str:
     )
 
 
-def credit_block(best: str | None) -> str:
-    """The Markdown between the credit picture's markers, for the board's best method."""
+def credit_block(best: str | None, tied: Sequence[str] = ()) -> str:
+    """The Markdown between the credit picture's markers, for the board's best method and the
+    methods that share its rank."""
     methods = credit_methods(best)
     third = methods[2]
     if third == SPARE:
         why = "the board's best joins it once the board ranks one besides OPPO"
         third_text = f"VinePPO (Monte-Carlo values; {why})"
+    elif tied:
+        third_text = (
+            f"{third}, the first row of the board above after the oracle (it shares its rank "
+            f"with {', '.join(tied)}: their intervals overlap)"
+        )
     else:
         third_text = f"{third}, first on the board above after the oracle"
     return "\n".join(
@@ -118,8 +134,8 @@ def credit_block(best: str | None) -> str:
             "method scaled to its own largest |advantage|; underlined: the step checker's first "
             "wrong step). GRPO blames every token alike; the near-exact oracle puts the blame on "
             "the first wrong step and gives each right step the change it made to the chance of "
-            f"success (near 0 for most); {third_text}, and OPPO (a self-oracle's evidence, the "
-            "seed papers' method) each spread it their own way ([the methods](methods/index.md)).",
+            f"success (near 0 for most); {third_text}, and OPPO (a self-oracle's evidence) each "
+            "spread it their own way ([the methods](methods/index.md)).",
             "",
             f"![Token advantages of {', '.join(methods)} on the same failed responses]"
             f"({PICTURE}/credit.png)",
@@ -143,8 +159,10 @@ class Home(NamedTuple):
 def home_blocks(records: str | Path, board: str = "results/standard", *, reps: int = 2000) -> Home:
     """The home page's two blocks, from one computation of the board."""
     frame = hard_board(records, reps=reps)
-    best = best_method(frame)
-    return Home(_headline(frame, records, board), credit_block(best), credit_methods(best))
+    first = leaders(frame)
+    best = first[0] if first else None
+    credit = credit_block(best, first[1:])
+    return Home(_headline(frame, records, board), credit, credit_methods(best))
 
 
 def headline_block(

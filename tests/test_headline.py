@@ -20,11 +20,13 @@ from creditbench.leaderboard.headline import (
     START,
     HeadlineError,
     best_method,
+    credit_block,
     credit_methods,
     current,
     hard_board,
     headline_block,
     home_blocks,
+    leaders,
     rewrite,
 )
 
@@ -98,6 +100,10 @@ def test_the_credit_picture_shows_the_boards_best_beside_grpo_the_oracle_and_opp
     assert credit_methods("dapo") == ["grpo", "oracle", "dapo", "oppo"]
     assert credit_methods("oppo") == ["grpo", "oracle", "vineppo", "oppo"]  # no column twice
     assert credit_methods(None) == ["grpo", "oracle", "vineppo", "oppo"]
+    assert leaders(frame) == ["dapo"]
+    assert "dapo, first on the board above" in credit_block("dapo")
+    # a best whose interval overlaps others' is not called first alone
+    assert "shares its rank with otb, rloo: their" in credit_block("dapo", ["otb", "rloo"])
     no_grpo = tmp_path / "no_grpo"
     make_run(no_grpo, f"{HARD}-dapo-s0", "dapo", 0)
     assert best_method(hard_board(no_grpo, reps=50)) is None

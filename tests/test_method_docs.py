@@ -327,6 +327,27 @@ def test_every_builtin_method_has_exactly_one_page():
     assert not unknown, f"pages naming methods that are not registered built-ins: {unknown}"
 
 
+LEADERBOARD_SECTION = "## On the leaderboard"
+LEADERBOARD_PARTS = (
+    "**What runs.**",
+    "**What its mechanism needs that the suite lacks.**",
+    "**Measured in the hard setting.**",
+)
+
+
+def test_every_method_page_says_what_the_leaderboard_runs_and_lacks():
+    """The leaderboard issue: a method whose paper's mechanism needs a setting the suite lacks
+    says so on its page. Every page has the section and its three parts, in order."""
+    pages = {_page_of(name) for name in _builtin_methods()}
+    assert pages
+    for page in sorted(pages):
+        text = page.read_text(encoding="utf-8")
+        assert text.count(LEADERBOARD_SECTION) == 1, f"{page.name}: no {LEADERBOARD_SECTION}"
+        section = text.split(LEADERBOARD_SECTION, 1)[1].split("\n## ", 1)[0]
+        where = [section.find(part) for part in LEADERBOARD_PARTS]
+        assert -1 not in where and where == sorted(where), f"{page.name}: {where}"
+
+
 @pytest.mark.parametrize(("method", "cls"), CASES)
 def test_every_config_field_has_a_sourced_row_with_its_default(method, cls):
     path = _page_of(method)

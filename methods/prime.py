@@ -44,6 +44,7 @@ Deviations:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -126,13 +127,18 @@ def prime_token_rewards(
 def term_weight(process: Tensor, outcome: Tensor, response_mask: Tensor) -> float:
     """The mean |return| of the process term over the mean |return| of the outcome term, on
     response tokens (γ = 1): how much the process rewards move the advantages (0: PRIME is
-    RLOO). ``process``, ``outcome``: ``[B, T]`` token rewards of `prime_token_rewards`."""
+    RLOO). NaN on a batch without a mixed group, whose outcome term is 0: the ratio is
+    undefined there, and a tiny floor would put a 1e10 into the run's mean.
+    ``process``, ``outcome``: ``[B, T]`` token rewards of `prime_token_rewards`."""
     mask = response_mask.to(process.dtype)
 
     def mean_abs_return(token_rewards: Tensor) -> Tensor:
         return masked_mean(token_rewards.flip(-1).cumsum(-1).flip(-1).abs(), mask)
 
-    return float(mean_abs_return(process) / mean_abs_return(outcome).clamp(min=1e-12))
+    outcome_size = float(mean_abs_return(outcome))
+    if outcome_size == 0.0:
+        return float("nan")
+    return float(mean_abs_return(process)) / outcome_size
 
 
 def prime_advantages(
@@ -220,12 +226,13 @@ class PRIME(CreditMethod):
         raw = implicit_process_rewards(prm, ref, mask, cfg.beta)
         process = batch_normalized(raw) if cfg.process_norm == "batch_norm" else raw
         terms = prime_token_rewards(process, batch.rewards, mask, batch.group_ids)
-        services.report(
-            {
-                "prm_loss": stats["aux_loss"],
-                "prm_grad_norm": stats["aux_grad_norm"],
-                "process_reward_abs": float(masked_mean(raw.abs(), mask)),
-                "process_to_outcome": term_weight(*terms, mask),
-            }
-        )
+        report = {
+            "prm_loss": stats["aux_loss"],
+            "prm_grad_norm": stats["aux_grad_norm"],
+            "process_reward_abs": float(masked_mean(raw.abs(), mask)),
+        }
+        weight = term_weight(*terms, mask)
+        if math.isfinite(weight):  # left out of a step without a mixed group (undefined)
+            report["process_to_outcome"] = weight
+        services.report(report)
         return prime_advantages(process, batch.rewards, mask, batch.group_ids, cfg.gamma)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given
@@ -16,6 +18,8 @@ from creditbench.methods.prime import (
     leave_one_out,
     outcome_loss,
     prime_advantages,
+    prime_token_rewards,
+    term_weight,
 )
 from creditbench.methods.rloo import rloo_advantages
 
@@ -142,3 +146,16 @@ def test_on_a_testbed_batch_the_normalised_process_term_moves_the_advantages(tes
         else:
             assert record["process_to_outcome"] > 0.1
             assert moved > 0.3
+
+
+def test_the_process_to_outcome_weight_is_undefined_without_a_mixed_group():
+    """A batch whose groups all failed has an outcome term of 0: the weight is NaN (and left
+    out of the step's record), not the process term over a 1e-12 floor (about 1e10)."""
+    mask = torch.ones(4, 3)
+    process = torch.arange(12.0).reshape(4, 3) / 100  # differs between the responses
+    group_ids = torch.tensor([0, 0, 1, 1])
+    all_fail = prime_token_rewards(process, torch.zeros(4), mask, group_ids)
+    assert math.isnan(term_weight(*all_fail, mask))
+    mixed = prime_token_rewards(process, torch.tensor([1.0, 0.0, 0.0, 0.0]), mask, group_ids)
+    weight = term_weight(*mixed, mask)
+    assert math.isfinite(weight) and 0 < weight < 10

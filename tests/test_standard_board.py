@@ -52,3 +52,25 @@ def test_a_newcomers_runs_are_placed_on_the_committed_boards_scale(tmp_path: Pat
     assert position, f"not placed on the scale: {theirs[5]!r}"
     assert theirs[3:6] == committed[3:6]  # same runs, same AUC, gain and position
     assert not (STANDARD / "mine").exists() and "mine" not in (STANDARD / "runs.csv").read_text()
+
+
+def test_the_committed_board_is_the_one_its_committed_records_give() -> None:
+    """docs/results/standard/leaderboard.csv (and the figures rendered with it) must come from
+    the runs.csv beside it: a records commit that forgot to re-render fails here."""
+    import pandas as pd
+
+    from creditbench.leaderboard.board import summarize
+    from creditbench.leaderboard.collect import collect_runs
+    from creditbench.leaderboard.gains import ranked
+
+    table, _ = collect_runs([STANDARD / "runs.csv"])
+    fresh = summarize(table)["methods"]
+    committed = pd.read_csv(STANDARD / "leaderboard.csv")
+    columns = ["method", "n_seeds", "gain_auc", "gain_auc_low", "gain_auc_high", "position"]
+    for options, board in committed.groupby("options"):
+        mine = ranked(fresh[fresh["options"] == options].reset_index(drop=True))
+        board = board.reset_index(drop=True)
+        assert list(mine["method"]) == list(board["method"]), "rerun creditbench leaderboard"
+        pd.testing.assert_frame_equal(
+            mine[columns].reset_index(drop=True), board[columns], check_dtype=False, atol=1e-9
+        )

@@ -74,3 +74,16 @@ def test_the_committed_board_is_the_one_its_committed_records_give() -> None:
         pd.testing.assert_frame_equal(
             mine[columns].reset_index(drop=True), board[columns], check_dtype=False, atol=1e-9
         )
+
+
+def test_the_claims_page_is_the_one_its_committed_records_give(tmp_path, monkeypatch) -> None:
+    """docs/results/claims.md is `creditbench claims` over the committed records (the standard
+    board's, and the claims' own rows once they exist), as docs/reproducing.md says."""
+    monkeypatch.chdir(ROOT)
+    sources = ["docs/results/standard/runs.csv"]
+    if (ROOT / "docs" / "results" / "claims-rows" / "runs.csv").is_file():
+        sources.append("docs/results/claims-rows/runs.csv")
+    out = tmp_path / "claims.md"
+    assert main(["claims", *sources, "--out", str(out)]) == 0
+    committed = (ROOT / "docs" / "results" / "claims.md").read_text(encoding="utf-8")
+    assert out.read_text(encoding="utf-8") == committed, "rerun creditbench claims"

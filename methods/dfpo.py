@@ -34,7 +34,9 @@ Deviations (the exact loss is not public; this is the reconstruction of the pape
       policy of that moment, over the whole group, and w̃_i Â_i becomes the advantage. The
       harness computes advantages with the behaviour policy itself, so w ≡ 1, both transforms
       return 1 and DFPO is the clip-free linear estimator, exactly what the paper's transforms
-      give on-policy; the harness's default update (one step per batch) is on-policy. Weights
+      give on-policy. Under several updates a batch (the frozen protocol's 4 minibatches) the
+      later ones are off-policy and the transforms would act there, but not with this
+      source: the leaderboard's DFPO row is the clip-free linear estimator. Weights
       under the policy being updated (``current``) couple the rows of a group inside the loss,
       so micro-batch losses stop adding up when a group is split; ``current`` transforms the
       weights over the group members present in each loss call and is exact when every call

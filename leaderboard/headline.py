@@ -116,8 +116,12 @@ def credit_block(best: str | None, tied: Sequence[str] = ()) -> str:
     methods that share its rank."""
     methods = credit_methods(best)
     third = methods[2]
-    if third == SPARE:
-        why = "the board's best joins it once the board ranks one besides OPPO"
+    seed_text = "OPPO (a self-oracle's evidence)"
+    if best == SEED_METHOD:
+        third_text = "VinePPO (Monte-Carlo values)"
+        seed_text = "OPPO (a self-oracle's evidence; first on the board above after the oracle)"
+    elif third == SPARE:
+        why = "the board's best joins it once GRPO's runs let the board rank one"
         third_text = f"VinePPO (Monte-Carlo values; {why})"
     elif tied:
         third_text = (
@@ -134,8 +138,8 @@ def credit_block(best: str | None, tied: Sequence[str] = ()) -> str:
             "method scaled to its own largest |advantage|; underlined: the step checker's first "
             "wrong step). GRPO blames every token alike; the near-exact oracle puts the blame on "
             "the first wrong step and gives each right step the change it made to the chance of "
-            f"success (near 0 for most); {third_text}, and OPPO (a self-oracle's evidence) each "
-            "spread it their own way ([the methods](methods/index.md)).",
+            f"success (near 0 for most); {third_text}, and {seed_text} each spread it their "
+            "own way ([the methods](methods/index.md)).",
             "",
             f"![Token advantages of {', '.join(methods)} on the same failed responses]"
             f"({PICTURE}/credit.png)",

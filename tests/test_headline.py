@@ -104,6 +104,7 @@ def test_the_credit_picture_shows_the_boards_best_beside_grpo_the_oracle_and_opp
     assert "dapo, first on the board above" in credit_block("dapo")
     # a best whose interval overlaps others' is not called first alone
     assert "shares its rank with otb, rloo: their" in credit_block("dapo", ["otb", "rloo"])
+    assert "OPPO (a self-oracle's evidence; first on the board" in credit_block("oppo")
     no_grpo = tmp_path / "no_grpo"
     make_run(no_grpo, f"{HARD}-dapo-s0", "dapo", 0)
     assert best_method(hard_board(no_grpo, reps=50)) is None

@@ -10,8 +10,8 @@ in place and a test can recompute it from ``docs/results/standard/runs.csv``::
     python scripts/home_headline.py docs/results/standard/runs.csv docs/index.md
 
 A second block below it introduces the credit picture: GRPO, the oracle, the board's best
-method (the first row of the hard setting's ranking after the references) and OPPO, the seed
-papers' self-oracle, large enough to read (:func:`credit_block`). When the board's best
+method (the first method of the hard setting's ranking that is neither reference) and OPPO, the
+seed papers' self-oracle, large enough to read (:func:`credit_block`). When the board's best
 changes, the block names the new method and the picture must be redrawn with the command the
 block shows (``--explain`` does it).
 """
@@ -80,21 +80,27 @@ def hard_board(records: str | Path, *, reps: int = 2000) -> pd.DataFrame:
     return summarize(hard, reps=reps)["methods"]
 
 
-def leaders(frame: pd.DataFrame) -> list[str]:
-    """The first rank of the ranking after GRPO and the oracle, best first: the best method
-    and those whose intervals overlap its interval; empty before GRPO's runs."""
+class Best(NamedTuple):
+    """The board's best method besides the references, where the board's one ranking puts it."""
+
+    method: str
+    rank: str  # as the board prints it: "3", or "=2" when shared
+    sharing: list[str]  # the other rows at its rank (references included), best first
+
+
+def board_best(frame: pd.DataFrame) -> Best | None:
+    """The first method of the board's ranking (:func:`.gains.ranked`, the board's own, with
+    GRPO and the oracle in it) that is neither; None before GRPO's runs or any ranked method."""
     if BASELINE not in set(frame["method"]):
-        return []
-    rows = ranked(frame[~frame["method"].isin([BASELINE, ORACLE])])
-    if rows.empty or not math.isfinite(rows.iloc[0]["rank"]):
-        return []
-    return [str(m) for m in rows.loc[rows["rank"] == rows.iloc[0]["rank"], "method"]]
-
-
-def best_method(frame: pd.DataFrame) -> str | None:
-    """The first row of the ranking after GRPO and the oracle; None before GRPO's runs."""
-    first = leaders(frame)
-    return first[0] if first else None
+        return None
+    rows = ranked(frame)
+    methods = rows[~rows["method"].isin([BASELINE, ORACLE]) & rows["rank"].notna()]
+    if methods.empty:
+        return None
+    first = methods.iloc[0]
+    same = rows[(rows["rank"] == first["rank"]) & (rows["method"] != first["method"])]
+    label = f"={int(first['rank'])}" if len(same) else str(int(first["rank"]))
+    return Best(str(first["method"]), label, [str(m) for m in same["method"]])
 
 
 def credit_methods(best: str | None) -> list[str]:
@@ -103,33 +109,47 @@ def credit_methods(best: str | None) -> list[str]:
     return [BASELINE, ORACLE, third, SEED_METHOD]
 
 
-def credit_command(methods: list[str], folder: str = f"docs/{PICTURE}") -> str:
-    """The command that draws the picture of ``methods`` into ``folder``."""
-    return (
-        "creditbench explain --responses 2 --set rollout.prompts_per_step=2 "
-        f"--out {folder} \\\n  --methods {','.join(methods)}"
-    )
+def credit_argv(methods: Sequence[str], folder: str = f"docs/{PICTURE}") -> list[str]:
+    """``creditbench explain``'s arguments that draw the picture of ``methods`` into ``folder``."""
+    return [
+        "explain",
+        "--responses",
+        "2",
+        "--set",
+        "rollout.prompts_per_step=2",
+        "--out",
+        folder,
+        "--methods",
+        ",".join(methods),
+    ]
 
 
-def credit_block(best: str | None, tied: Sequence[str] = ()) -> str:
-    """The Markdown between the credit picture's markers, for the board's best method and the
-    methods that share its rank."""
-    methods = credit_methods(best)
-    third = methods[2]
+def credit_command(methods: Sequence[str]) -> str:
+    """The command of :func:`credit_argv` as the page shows it, on two lines."""
+    argv = credit_argv(methods)
+    return f"creditbench {' '.join(argv[:-2])} \\\n  {' '.join(argv[-2:])}"
+
+
+def _place(best: Best) -> str:
+    """Where the board puts ``best``: its rank and the rows that share it."""
+    shared = f" with {', '.join(best.sharing)} (their intervals overlap)" if best.sharing else ""
+    return f"the board's best method besides the references, at rank {best.rank}{shared}"
+
+
+def credit_block(best: Best | None) -> str:
+    """The Markdown between the credit picture's markers, for the board's best method."""
+    methods = credit_methods(best.method if best else None)
     seed_text = "OPPO (a self-oracle's evidence)"
-    if best == SEED_METHOD:
-        third_text = "VinePPO (Monte-Carlo values)"
-        seed_text = "OPPO (a self-oracle's evidence; first on the board above after the oracle)"
-    elif third == SPARE:
-        why = "the board's best joins it once GRPO's runs let the board rank one"
-        third_text = f"VinePPO (Monte-Carlo values; {why})"
-    elif tied:
+    if best is None:
         third_text = (
-            f"{third}, the first row of the board above after the oracle (it shares its rank "
-            f"with {', '.join(tied)}: their intervals overlap)"
+            "VinePPO (Monte-Carlo values; the board's best joins it once the board ranks a "
+            "method against GRPO)"
         )
+    elif best.method == SEED_METHOD:
+        third_text = "VinePPO (Monte-Carlo values)"
+        seed_text = f"OPPO (a self-oracle's evidence; {_place(best)})"
     else:
-        third_text = f"{third}, first on the board above after the oracle"
+        third_text = f"{best.method}, {_place(best)}"
     return "\n".join(
         [
             CREDIT_START,
@@ -163,10 +183,9 @@ class Home(NamedTuple):
 def home_blocks(records: str | Path, board: str = "results/standard", *, reps: int = 2000) -> Home:
     """The home page's two blocks, from one computation of the board."""
     frame = hard_board(records, reps=reps)
-    first = leaders(frame)
-    best = first[0] if first else None
-    credit = credit_block(best, first[1:])
-    return Home(_headline(frame, records, board), credit, credit_methods(best))
+    best = board_best(frame)
+    methods = credit_methods(best.method if best else None)
+    return Home(_headline(frame, records, board), credit_block(best), methods)
 
 
 def headline_block(

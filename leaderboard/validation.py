@@ -240,7 +240,8 @@ def validation_csv(rows: pd.DataFrame) -> str:
     oracle - GRPO with 95% paired bootstrap intervals; AUC over budget fractions, and over
     trained responses up to the horizon every run reached, and of the training stream (online);
     responses to reach halfway from the start to GRPO's final accuracy, medians over seeds;
-    GRPO's gain over the start and its share of all-fail groups)."""
+    GRPO's gain over the start and its share of all-fail groups). A setting run by one method
+    only is a row of 0 seeds without gains; the Markdown report names it under its table."""
     out = pd.DataFrame(index=rows.index)
     for column, source in CSV_COLUMNS.items():
         if source is None:
@@ -344,13 +345,15 @@ def _unpaired_line(rows: pd.DataFrame) -> list[str]:
 
 def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
     lines = ["# Validation: oracle credit against GRPO at equal FLOPs", ""]
+    skipped = ["", "Skipped runs:", *[f"- {w}" for w in warnings]] if warnings else []
     if rows.empty:
-        return "\n".join([*lines, "No finished runs of grpo and oracle were found.", ""])
+        text = "No finished runs of grpo and oracle were found."
+        return "\n".join([*lines, text, *skipped, ""])
     unpaired = _unpaired_line(rows[rows["seeds"] == 0])
     rows = rows[rows["seeds"] > 0].reset_index(drop=True)
     if rows.empty:
         text = "No setting has finished runs of grpo and oracle at the same seed."
-        return "\n".join([*lines, text, *unpaired, ""])
+        return "\n".join([*lines, text, *unpaired, *skipped, ""])
     lines += [
         "Gap = oracle - GRPO (paired by seed), 95% bootstrap interval in brackets, the 95% "
         "t interval after t, and k/n: the seeds (of n pairs) at which the oracle is ahead; "
@@ -438,6 +441,4 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         )
         where = ", ".join(names)
         lines.append(f"**Length:** across {where}, the AUC gap {verdict} ({shown}).")
-    if warnings:
-        lines += ["", "Skipped runs:", *[f"- {w}" for w in warnings]]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *skipped]) + "\n"

@@ -20,6 +20,7 @@ from creditbench.leaderboard.headline import (
     CREDIT_START,
     PICTURE,
     HeadlineError,
+    credit_argv,
     home_blocks,
     rewrite,
 )
@@ -55,8 +56,7 @@ def main(argv: list[str]) -> int:
         return 1
     from creditbench.tools.cli.main import main as cli
 
-    argv = ["explain", "--responses", "2", "--set", "rollout.prompts_per_step=2"]
-    return cli([*argv, "--out", str(folder), "--methods", ",".join(home.methods)])
+    return cli(credit_argv(home.methods, str(folder)))
 
 
 if __name__ == "__main__":

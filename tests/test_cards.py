@@ -67,7 +67,7 @@ def test_the_reproducing_page_names_every_card_id(cards):
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "reproducing.md").read_text()
     listed = page.split("Card ids are the file names", 1)[1].split("\n\n", 1)[0]
-    named = set(re.findall(r"`([a-z_]+)`", listed))
+    named = set(re.findall(r"`([a-z0-9_-]+)`", listed))
     assert named == set(cards), f"missing: {set(cards) - named}, stale: {named - set(cards)}"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from fake_runs import make_run
 
@@ -18,15 +19,15 @@ from creditbench.leaderboard.headline import (
     END,
     PICTURE,
     START,
+    Best,
     HeadlineError,
-    best_method,
+    board_best,
     credit_block,
     credit_methods,
     current,
     hard_board,
     headline_block,
     home_blocks,
-    leaders,
     rewrite,
 )
 
@@ -96,18 +97,47 @@ def test_the_home_page_headline_is_the_one_its_committed_records_give():
 
 def test_the_credit_picture_shows_the_boards_best_beside_grpo_the_oracle_and_oppo(tmp_path):
     frame = hard_board(board(tmp_path) / "runs.csv", reps=200)
-    assert best_method(frame) == "dapo"  # the only method besides the references
+    assert board_best(frame) == Best("dapo", "2", [])  # oracle 1, dapo 2, GRPO 3
     assert credit_methods("dapo") == ["grpo", "oracle", "dapo", "oppo"]
     assert credit_methods("oppo") == ["grpo", "oracle", "vineppo", "oppo"]  # no column twice
     assert credit_methods(None) == ["grpo", "oracle", "vineppo", "oppo"]
-    assert leaders(frame) == ["dapo"]
-    assert "dapo, first on the board above" in credit_block("dapo")
-    # a best whose interval overlaps others' is not called first alone
-    assert "shares its rank with otb, rloo: their" in credit_block("dapo", ["otb", "rloo"])
-    assert "OPPO (a self-oracle's evidence; first on the board" in credit_block("oppo")
+    assert "dapo, the board's best method besides the references, at rank 2" in credit_block(
+        board_best(frame)
+    )
     no_grpo = tmp_path / "no_grpo"
     make_run(no_grpo, f"{HARD}-dapo-s0", "dapo", 0)
-    assert best_method(hard_board(no_grpo, reps=50)) is None
+    assert board_best(hard_board(no_grpo, reps=50)) is None
+    assert "joins it once the board ranks a method" in credit_block(None)
+
+
+def gains(**rows):
+    """A board's rows: ``method=(gain, low, high)``; GRPO's gain is 0 by definition."""
+    data = [(m, g, lo, hi) for m, (g, lo, hi) in rows.items()]
+    return pd.DataFrame(data, columns=["method", "gain_auc", "gain_auc_low", "gain_auc_high"])
+
+
+def test_the_boards_best_is_placed_by_the_boards_own_ranking_references_included():
+    # a leader whose interval overlaps the oracle's shares the oracle's rank, not the next one's
+    frame = gains(grpo=(0, 0, 0), oracle=(0.3, 0.1, 0.5), a=(0.2, 0.15, 0.25),
+                  b=(0.03, -0.02, 0.08))  # fmt: skip
+    assert board_best(frame) == Best("a", "=1", ["oracle"])
+    # every method below GRPO: the best is still named, at its own rank below GRPO's
+    frame = gains(grpo=(0, 0, 0), oracle=(0.3, 0.2, 0.4), a=(-0.1, -0.15, -0.05),
+                  b=(-0.12, -0.14, -0.10))  # fmt: skip
+    best = board_best(frame)
+    assert best == Best("a", "=3", ["b"])
+    text = credit_block(best)
+    assert "a, the board's best method besides the references, at rank =3 with b (their" in text
+    # VinePPO leading is named as the leader, not as a stand-in
+    vine = credit_block(Best("vineppo", "1", []))
+    assert "vineppo, the board's best method" in vine and "joins it" not in vine
+    # OPPO leading: its own phrase says so, ties included, and VinePPO takes the third column
+    oppo = credit_block(Best("oppo", "=2", ["otb"]))
+    assert (
+        "OPPO (a self-oracle's evidence; the board's best method besides the references, " in oppo
+    )
+    assert "at rank =2 with otb (their intervals overlap)" in oppo
+    assert "--methods grpo,oracle,vineppo,oppo" in oppo
 
 
 def _script():

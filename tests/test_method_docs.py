@@ -342,7 +342,8 @@ def test_every_method_page_says_what_the_leaderboard_runs_and_lacks():
     assert pages
     for page in sorted(pages):
         text = page.read_text(encoding="utf-8")
-        assert text.count(LEADERBOARD_SECTION) == 1, f"{page.name}: no {LEADERBOARD_SECTION}"
+        count = text.count(LEADERBOARD_SECTION)
+        assert count == 1, f"{page.name}: {count} sections {LEADERBOARD_SECTION}, not one"
         section = text.split(LEADERBOARD_SECTION, 1)[1].split("\n## ", 1)[0]
         where = [section.find(part) for part in LEADERBOARD_PARTS]
         assert -1 not in where and where == sorted(where), f"{page.name}: {where}"

@@ -134,10 +134,11 @@ def test_a_setting_of_one_method_is_named_apart_not_a_row_of_nan(monkeypatch, tm
     assert "nothing to compare: steps=4-lr=0.00015 (grpo 2 seeds, oracle 0)." in report
 
     grpo_only = table[table["setting"] == "lr=0.00015"]
-    monkeypatch.setattr(validation, "collect_runs", lambda _: (grpo_only, []))
+    monkeypatch.setattr(validation, "collect_runs", lambda _: (grpo_only, ["x: unreadable"]))
     report = validation_markdown(tmp_path, reps=200)
     assert "No setting has finished runs of grpo and oracle at the same seed." in report
     assert "(grpo 2 seeds, oracle 0)" in report
+    assert "Skipped runs:\n- x: unreadable" in report  # warnings on every path
 
 
 def test_grpo_ahead_beyond_noise_is_reported_not_hidden(monkeypatch, tmp_path):

@@ -55,6 +55,10 @@ def differences(expected: dict, got: dict, where: str = "") -> list[str]:
         a, b = expected[key], got[key]
         if isinstance(a, dict) and isinstance(b, dict):
             out.extend(differences(a, b, path))
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            # per-minibatch statistics (grad_norms, update_norms): element by element
+            items = {str(i): x for i, x in enumerate(a)}, {str(i): y for i, y in enumerate(b)}
+            out.extend(differences(*items, path))
         elif isinstance(a, float) and isinstance(b, float):
             both_nan = math.isnan(a) and math.isnan(b)  # a step with no outcome (InT's patch)
             if not both_nan and not math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL):
@@ -101,6 +105,13 @@ def test_differences_sees_a_changed_value_and_a_missing_key():
     nan = {**record, "loss": math.nan}  # a step with no outcome records NaN: NaN matches only NaN
     assert differences(nan, dict(nan)) == []
     assert differences(nan, record) == ["loss: nan != 0.5"]
+    # a list of per-minibatch floats is read element by element, by the same tolerance
+    norms = {**record, "grad_norms": [0.2258211076, 0.1359195709]}
+    assert differences(norms, {**norms, "grad_norms": [0.2258210629, 0.1359196156]}) == []
+    assert differences(norms, {**norms, "grad_norms": [0.2258211076, 0.14]}) == [
+        "grad_norms.1: 0.1359195709 != 0.14"
+    ]
+    assert differences(norms, {**norms, "grad_norms": [0.2258211076]}) != []
 
 
 def test_grpo_replays(tmp_path):

@@ -341,9 +341,10 @@ class Services(Protocol):
         ``[B, T]`` of the batch's responses, with gradient, go to ``row_loss(logprobs, rows)``
         ``-> [b]`` (``rows`` the batch rows of a micro-batch); the mean over the batch is
         minimised. Returns those log-probs, from before the step, detached, and
-        ``{"aux_loss", "aux_grad_norm"}``. Its weights and optimizer state are checkpointed
-        with the run. Charged: a training pass (forward and backward) of a policy-size
-        model."""
+        ``{"aux_loss", "aux_grad_norm", "aux_updates"}`` (``aux_updates``: the steps the model
+        had taken before this pass; 0 on the first, whose weights are the initial policy's).
+        Its weights and optimizer state are checkpointed with the run. Charged: a training
+        pass (forward and backward) of a policy-size model."""
         ...
 
     def track_ema(self, rate: float) -> None:

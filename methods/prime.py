@@ -32,6 +32,12 @@ Deviations:
       both codes do (``process_norm="batch_norm"``); ``process_norm="none"`` keeps Eq. 3's
       β·log-ratio, whose returns on the testbed are about 0.003 a token, so PRIME is then
       RLOO in all but name. The reward model's own loss always uses the raw β·log-ratio.
+    - The reward model's first pass is the reference itself, so its process rewards are set
+      to 0 (§5.1), as two passes of one model computed alike give them (the code scores
+      the reward model and the reference alike; inferred). Here the two passes are
+      batched differently and their log-ratio is float noise of about 1e-9, which the batch
+      norm (its largest |return| far below its 1e-6 floor) would raise to a few percent of
+      the outcome term, differently on each CPU.
     - The leave-one-out baseline of Eq. 5 (the others' mean process reward); the code adds
       (r_t - m_i)/(K-1) to it (``compute_rloo_returns``). A group of one gets no baseline.
     - The prompt filter (group accuracy in [0.2, 0.8], §3.3 and the code's run script) is not
@@ -224,6 +230,8 @@ class PRIME(CreditMethod):
             batch, row_loss, lr_ratio=cfg.prm_lr_ratio, grad_clip=cfg.prm_grad_clip
         )
         raw = implicit_process_rewards(prm, ref, mask, cfg.beta)
+        if stats["aux_updates"] == 0:  # π_φ is π_ref: every process reward is 0 (§5.1)
+            raw = torch.zeros_like(raw)
         process = batch_normalized(raw) if cfg.process_norm == "batch_norm" else raw
         terms = prime_token_rewards(process, batch.rewards, mask, batch.group_ids)
         report = {

@@ -96,6 +96,36 @@ def test_batch_norm_scales_the_largest_return_of_the_batch_to_one(batch, scale):
     torch.testing.assert_close(normalized * (returns + 1e-6), raw)
 
 
+def test_on_the_first_testbed_step_prime_is_exactly_whitened_rloo(tmp_path):
+    """The first step's reward model is the reference: its process rewards are 0 (§5.1). In
+    this layout (four prompts of four) the two passes' computed log-ratio is float noise of
+    about 1e-10 a token, which the batch norm would raise to about 0.4% of the outcome term,
+    and differently on each CPU."""
+    from creditbench.harness.config import load_config
+    from creditbench.harness.training.trainer import Trainer
+
+    config = load_config(
+        None,
+        [
+            "method=prime",
+            "task=chain",
+            "rollout.prompts_per_step=4",
+            "rollout.group_size=4",
+            "budget.unit=steps",
+            "budget.amount=2",
+            "budget.eval_fractions=[1.0]",
+        ],
+    )
+    trainer = Trainer(config, tmp_path)
+    trainer.build()
+    record = trainer.train_step()
+    batch, advantages = trainer.last_credit
+    assert record["process_reward_abs"] == 0.0
+    rloo = rloo_advantages(batch.rewards, batch.response_mask, batch.group_ids)
+    whitened = masked_whiten(rloo, batch.response_mask)
+    torch.testing.assert_close(advantages, whitened, rtol=0, atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def testbed_steps(tmp_path_factory):
     """Two PRIME steps on the shipped testbed base policy for each ``process_norm``: the

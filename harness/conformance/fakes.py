@@ -103,7 +103,9 @@ class FakeServices(StepServices):
     ) -> tuple[Tensor, dict[str, float]]:
         """``score(model="auxiliary")``'s log-probs, with the method's loss taken on them
         (with gradient, in two micro-batches, as the harness does) and checked to be one
-        finite value per row; nothing is trained."""
+        finite value per row; nothing is trained. It reports one update before the pass: a
+        model that has left the initial policy, so the method's use of its log-probs is
+        exercised."""
         self.calls.append("fit_auxiliary")
         logprobs = self.score(batch, model="auxiliary")
         total = 0.0
@@ -114,7 +116,7 @@ class FakeServices(StepServices):
                 raise ValueError("fit_auxiliary: row_loss must give one finite loss per row")
             loss.sum().backward()
             total += float(loss.detach().sum()) / batch.size
-        return logprobs, {"aux_loss": total, "aux_grad_norm": 0.0}
+        return logprobs, {"aux_loss": total, "aux_grad_norm": 0.0, "aux_updates": 1.0}
 
     def track_ema(self, rate: float) -> None:
         """Records the rate; ``score(model="ema")`` is then one more named model."""

@@ -100,7 +100,8 @@ class AuxiliaryModel:
 
         Returns:
             The log-probs ``[B, T]`` of the pass (before the step), detached, and
-            ``{"aux_loss", "aux_grad_norm"}``.
+            ``{"aux_loss", "aux_grad_norm", "aux_updates"}``: ``aux_updates`` the steps the
+            model had taken before this pass (0 on the first: the pass of the initial policy).
         """
         width = micro_batches[0][3].shape[1]
         out = torch.zeros(size, width)
@@ -126,8 +127,12 @@ class AuxiliaryModel:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip or math.inf)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.steps += 1
-        return out, {"aux_loss": total, "aux_grad_norm": float(grad_norm)}
+        updates_before, self.steps = self.steps, self.steps + 1
+        return out, {
+            "aux_loss": total,
+            "aux_grad_norm": float(grad_norm),
+            "aux_updates": float(updates_before),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {

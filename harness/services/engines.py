@@ -185,7 +185,7 @@ class _ProbeServices:
             "distribution": self._distribution,
             "fit_auxiliary": lambda batch, row_loss, **_: (
                 torch.zeros_like(batch.response_mask),
-                {"aux_loss": 0.0, "aux_grad_norm": 0.0},
+                {"aux_loss": 0.0, "aux_grad_norm": 0.0, "aux_updates": 0.0},
             ),
         }
         return fakes[name]

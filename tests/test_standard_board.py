@@ -92,3 +92,18 @@ def test_the_claims_page_is_the_one_its_committed_records_give(tmp_path, monkeyp
     assert main(["claims", *sources, "--out", str(out)]) == 0
     committed = (ROOT / "docs" / "results" / "claims.md").read_text(encoding="utf-8")
     assert out.read_text(encoding="utf-8") == committed, "rerun creditbench claims"
+
+
+def test_each_methods_committed_runs_come_from_one_clean_commit() -> None:
+    """The campaign's rule: every run of a method comes from one pinned clean clone, whose
+    commit each run records (a fixture change re-runs the method from a new one)."""
+    import pandas as pd
+
+    runs = pd.read_csv(STANDARD / "runs.csv")
+    runs = runs[runs["kind"] == "run"]
+    assert runs["commit"].notna().all(), "every run records its commit"
+    assert not runs["git_dirty"].astype(bool).any(), "no run from a dirty tree"
+    commits = runs.groupby("method")["commit"].nunique()
+    assert (commits == 1).all(), f"methods run from several commits: {commits[commits > 1]}"
+    folders = {p.name for p in STANDARD.iterdir() if (p / "summary.json").is_file()}
+    assert folders == set(runs["run"]), "runs.csv lists exactly the committed run folders"

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The leaderboard campaign (docs/results/standard): every method at its pinned clean commit.
+#
+#   scripts/campaign.sh WORK plan   # every phase's dry run: runs left and expected hours
+#   scripts/campaign.sh WORK run    # run what is left (resumes; the longest runs first)
+#   scripts/campaign.sh WORK sync   # copy finished runs into docs/results/standard, re-render
+#
+# WORK is a folder outside the repository: WORK/clones/<commit> (clean clones of this
+# repository), WORK/results (the bench's results folder, first filled with the committed
+# records, so a wiped machine resumes where the committed board stands). Each method runs from
+# the commit PINS names; a change that alters a method's replay fixture pins it anew and its
+# runs at the old commit are withdrawn (tests/test_standard_board.py checks one clean commit a
+# method). Phases, as docs/testbed.md decides them: hard seeds 0-9, easy seeds 0-4, the claims'
+# own rows (reproduce gtpo, oppo), then easy seeds 5-9 for the rows scripts/easy_seeds.py
+# chooses. Run it in the background: nohup scripts/campaign.sh WORK run >> WORK/log 2>&1 &
+set -eu -o pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${1:?usage: scripts/campaign.sh WORK plan|run|sync}
+ACTION=${2:?usage: scripts/campaign.sh WORK plan|run|sync}
+STANDARD=$REPO/docs/results/standard
+HARD='chain-hard-steps=10-slip_rate=0.1-weak_slip_rate=0.3-direct_slip_rate=0.65'
+EASY='chain-easy-steps=8'
+# commit: the methods it runs (the order is the campaign's priority)
+PINS=(
+  "0cf6a21 ccpo dapo forking gtpo ibpo int"
+  "d004646 mig"
+  "2f61b27 pppo spo"
+  "80c549a prime"
+  "75b6117 grpo oracle ktae otb drgrpo dfpo gspo oppo reinforce_pp reinforce_pp_baseline rloo rrpo scapo sdpo srpo tempo tspmo vineppo"
+)
+
+pin_of() {  # the commit that runs method $1
+  local line
+  for line in "${PINS[@]}"; do
+    for m in ${line#* }; do [ "$m" = "$1" ] && { echo "${line%% *}"; return; }; done
+  done
+  echo "campaign: no pinned commit for method $1 (add it to PINS)" >&2; return 2
+}
+
+checkout() {  # a clean clone of commit $1 and the package path that imports it
+  local sha=$1 clone=$WORK/clones/$1
+  if [ ! -d "$clone" ]; then
+    git clone -q "$REPO" "$clone" && git -C "$clone" checkout -q "$sha"
+  fi
+  [ -z "$(git -C "$clone" status --porcelain)" ] || { echo "campaign: $clone is dirty" >&2; exit 2; }
+  mkdir -p "$WORK/pkg/$sha" && ln -sfn "$clone" "$WORK/pkg/$sha/creditbench"
+}
+
+cb() {  # cb COMMIT ARGS...: the creditbench CLI of that clone (harness/cli before tools/ existed)
+  local sha=$1; shift
+  local module=creditbench.tools.cli.main
+  [ -f "$WORK/clones/$sha/tools/cli/main.py" ] || module=creditbench.harness.cli.main
+  PYTHONPATH=$WORK/pkg/$sha python -m "$module" "$@"
+}
+
+bench() {  # bench COMMIT SEEDS PREFIX METHOD...
+  local sha=$1 seeds=$2 prefix=$3; shift 3
+  local only=() m
+  for m in "$@"; do only+=(--only "$prefix-$m-s*"); done
+  echo "=== $(date -u +%FT%TZ) $sha seeds $seeds ${prefix%%-steps*}: $*"
+  cb "$sha" bench --suite standard --results "$WORK/results" --workers 2 --threads 1 \
+    --seeds "$seeds" "${only[@]}" ${DRY:+--dry-run} || echo "=== bench exited $? (see above)"
+}
+
+every_pin() {  # every_pin SEEDS PREFIX: bench each commit's methods
+  local line
+  for line in "${PINS[@]}"; do bench "${line%% *}" "$1" "$2" ${line#* }; done
+}
+
+restore() {  # the committed records into the results folder (the bench skips finished runs)
+  mkdir -p "$WORK/results"
+  local run
+  for run in "$STANDARD"/chain-*/; do
+    run=${run%/}
+    [ -e "$WORK/results/${run##*/}" ] || cp -r "$run" "$WORK/results/"
+  done
+}
+
+campaign() {
+  local line m chosen
+  for line in "${PINS[@]}"; do checkout "${line%% *}"; done
+  restore
+  every_pin 0-9 "$HARD"
+  every_pin 0-4 "$EASY"
+  for m in gtpo oppo; do  # the claims' own rows, from the commit that ran the method's rows
+    echo "=== $(date -u +%FT%TZ) reproduce $m"
+    cb "$(pin_of "$m")" reproduce "$m" --scale cpu --results "$WORK/claims-$m" \
+      --records "$WORK/results" --workers 2 ${DRY:+--dry-run} || echo "=== reproduce exited $?"
+  done
+  if ! chosen=$(python "$REPO/scripts/easy_seeds.py" "$WORK/results" 2>&1); then
+    echo "easy seeds 5-9 wait: $chosen"; return 0
+  fi
+  for m in $chosen; do bench "$(pin_of "$m")" 5-9 "$EASY" "$m"; done
+  echo "=== $(date -u +%FT%TZ) campaign done"
+}
+
+sync_board() {  # finished runs into the repository; then the board, the claims, the home page
+  local run sha
+  for run in "$WORK"/results/chain-*/; do
+    run=${run%/}
+    [ -f "$run/summary.json" ] && [ ! -e "$STANDARD/${run##*/}" ] || continue
+    mkdir "$STANDARD/${run##*/}"
+    cp "$run"/{config.yaml,environment.json,metrics.jsonl,summary.json} "$STANDARD/${run##*/}/"
+    sha=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['git_commit'][:7])" \
+      "$run/environment.json")
+    echo "new: ${run##*/} $sha"
+  done
+  cd "$REPO"
+  creditbench leaderboard docs/results/standard >/dev/null
+  creditbench claims docs/results/standard/runs.csv --out docs/results/claims.md >/dev/null
+  python scripts/home_headline.py docs/results/standard/runs.csv docs/index.md --explain
+}
+
+case $ACTION in
+  plan) DRY=1 campaign ;;
+  run) campaign ;;
+  sync) sync_board ;;
+  *) echo "campaign: ACTION must be plan, run or sync (got $ACTION)" >&2; exit 2 ;;
+esac

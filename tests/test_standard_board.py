@@ -107,3 +107,24 @@ def test_each_methods_committed_runs_come_from_one_clean_commit() -> None:
     assert (commits == 1).all(), f"methods run from several commits: {commits[commits > 1]}"
     folders = {p.name for p in STANDARD.iterdir() if (p / "summary.json").is_file()}
     assert folders == set(runs["run"]), "runs.csv lists exactly the committed run folders"
+
+
+def test_the_campaign_script_pins_every_builtin_method_once_at_its_runs_commit() -> None:
+    """``scripts/campaign.sh`` runs each builtin method (the oracle included) from one pinned
+    commit: a method it forgets never joins the board, and a committed run from another
+    commit than the pinned one is a run the script would not reproduce."""
+    import pandas as pd
+
+    from creditbench.methods.registry import list_methods, method_origin
+
+    script = (ROOT / "scripts" / "campaign.sh").read_text()
+    block = re.search(r"^PINS=\(\n(.*?)\n\)", script, re.S | re.M)
+    assert block, "campaign.sh has a PINS table"
+    pins = [line.strip().strip('"').split() for line in block.group(1).splitlines()]
+    pinned = [method for _, *methods in pins for method in methods]
+    builtin = [name for name in list_methods() if method_origin(name).kind == "builtin"]
+    assert sorted(pinned) == sorted(builtin)
+    commit_of = {method: commit for commit, *methods in pins for method in methods}
+    runs = pd.read_csv(STANDARD / "runs.csv")
+    for method, commit in runs[runs["kind"] == "run"].groupby("method")["commit"].first().items():
+        assert str(commit).startswith(commit_of[method]), (method, commit)

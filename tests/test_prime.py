@@ -45,8 +45,14 @@ def test_with_the_reward_model_at_its_start_prime_is_whitened_rloo(batch):
     whitened over the batch, is all that is left (§5.1)."""
     zero = torch.zeros_like(batch.old_logprobs)
     got = prime_advantages(zero, batch.rewards, batch.response_mask, batch.group_ids)
+    torch.testing.assert_close(got, whitened_rloo(batch))
+
+
+def whitened_rloo(batch):
+    """``[B, T]`` the outcome's leave-one-out advantage whitened over the batch: PRIME
+    without process rewards."""
     rloo = rloo_advantages(batch.rewards, batch.response_mask, batch.group_ids)
-    torch.testing.assert_close(got, masked_whiten(rloo, batch.response_mask))
+    return masked_whiten(rloo, batch.response_mask)
 
 
 @given(batch=rollout_batches())
@@ -101,29 +107,23 @@ def test_on_the_first_testbed_step_prime_is_exactly_whitened_rloo(tmp_path):
     this layout (four prompts of four) the two passes' computed log-ratio is float noise of
     about 1e-10 a token, which the batch norm would raise to about 0.4% of the outcome term,
     and differently on each CPU."""
-    from creditbench.harness.config import load_config
-    from creditbench.harness.training.trainer import Trainer
-
-    config = load_config(
-        None,
-        [
-            "method=prime",
-            "task=chain",
-            "rollout.prompts_per_step=4",
-            "rollout.group_size=4",
-            "budget.unit=steps",
-            "budget.amount=2",
-            "budget.eval_fractions=[1.0]",
-        ],
-    )
-    trainer = Trainer(config, tmp_path)
-    trainer.build()
+    trainer = prime_trainer(tmp_path, "rollout.prompts_per_step=4", "rollout.group_size=4")
     record = trainer.train_step()
     batch, advantages = trainer.last_credit
     assert record["process_reward_abs"] == 0.0
-    rloo = rloo_advantages(batch.rewards, batch.response_mask, batch.group_ids)
-    whitened = masked_whiten(rloo, batch.response_mask)
-    torch.testing.assert_close(advantages, whitened, rtol=0, atol=1e-6)
+    torch.testing.assert_close(advantages, whitened_rloo(batch), rtol=0, atol=1e-6)
+
+
+def prime_trainer(folder, *overrides):
+    """A built PRIME trainer on the shipped testbed base policy, with a budget of two steps."""
+    from creditbench.harness.config import load_config
+    from creditbench.harness.training.trainer import Trainer
+
+    budget = ["budget.unit=steps", "budget.amount=2", "budget.eval_fractions=[1.0]"]
+    config = load_config(None, ["method=prime", "task=chain", *budget, *overrides])
+    trainer = Trainer(config, folder)
+    trainer.build()
+    return trainer
 
 
 @pytest.fixture(scope="module")
@@ -131,28 +131,16 @@ def testbed_steps(tmp_path_factory):
     """Two PRIME steps on the shipped testbed base policy for each ``process_norm``: the
     second step's record and credit (the first step's reward model is the reference, so its
     process rewards are 0)."""
-    from creditbench.harness.config import load_config
-    from creditbench.harness.training.trainer import Trainer
-
     out = {}
     for norm in ("batch_norm", "none"):
-        config = load_config(
-            None,
-            [
-                "method=prime",
-                "task=chain",
-                f"method_options.process_norm={norm}",
-                "rollout.prompts_per_step=2",
-                "rollout.group_size=8",
-                "rollout.max_new_tokens=160",
-                "train.lr=5e-5",
-                "budget.unit=steps",
-                "budget.amount=2",
-                "budget.eval_fractions=[1.0]",
-            ],
+        trainer = prime_trainer(
+            tmp_path_factory.mktemp(norm),
+            f"method_options.process_norm={norm}",
+            "rollout.prompts_per_step=2",
+            "rollout.group_size=8",
+            "rollout.max_new_tokens=160",
+            "train.lr=5e-5",
         )
-        trainer = Trainer(config, tmp_path_factory.mktemp(norm))
-        trainer.build()
         trainer.train_step()
         record = trainer.train_step()
         out[norm] = (record, *trainer.last_credit)
@@ -165,11 +153,7 @@ def test_on_a_testbed_batch_the_normalised_process_term_moves_the_advantages(tes
     hundredths; with it the process term weighs a sizeable fraction of the outcome's and the
     advantages move by a good part of a standard deviation."""
     for norm, (record, batch, advantages) in testbed_steps.items():
-        rloo = masked_whiten(
-            rloo_advantages(batch.rewards, batch.response_mask, batch.group_ids),
-            batch.response_mask,
-        )
-        moved = ((advantages - rloo).abs() * batch.response_mask).max().item()
+        moved = ((advantages - whitened_rloo(batch)).abs() * batch.response_mask).max().item()
         if norm == "none":
             assert record["process_to_outcome"] < 0.05
             assert moved < 0.1

@@ -94,13 +94,18 @@ def test_the_claims_page_is_the_one_its_committed_records_give(tmp_path, monkeyp
     assert out.read_text(encoding="utf-8") == committed, "rerun creditbench claims"
 
 
-def test_each_methods_committed_runs_come_from_one_clean_commit() -> None:
-    """The campaign's rule: every run of a method comes from one pinned clean clone, whose
-    commit each run records (a fixture change re-runs the method from a new one)."""
+def committed_runs():
+    """The committed runs.csv's rows of whole runs (one a run, beside its evaluations')."""
     import pandas as pd
 
     runs = pd.read_csv(STANDARD / "runs.csv")
-    runs = runs[runs["kind"] == "run"]
+    return runs[runs["kind"] == "run"]
+
+
+def test_each_methods_committed_runs_come_from_one_clean_commit() -> None:
+    """The campaign's rule: every run of a method comes from one pinned clean clone, whose
+    commit each run records (a fixture change re-runs the method from a new one)."""
+    runs = committed_runs()
     assert runs["commit"].notna().all(), "every run records its commit"
     assert not runs["git_dirty"].astype(bool).any(), "no run from a dirty tree"
     commits = runs.groupby("method")["commit"].nunique()
@@ -113,8 +118,6 @@ def test_the_campaign_script_pins_every_builtin_method_once_at_its_runs_commit()
     """``scripts/campaign.sh`` runs each builtin method (the oracle included) from one pinned
     commit: a method it forgets never joins the board, and a committed run from another
     commit than the pinned one is a run the script would not reproduce."""
-    import pandas as pd
-
     from creditbench.methods.registry import list_methods, method_origin
 
     script = (ROOT / "scripts" / "campaign.sh").read_text()
@@ -125,6 +128,5 @@ def test_the_campaign_script_pins_every_builtin_method_once_at_its_runs_commit()
     builtin = [name for name in list_methods() if method_origin(name).kind == "builtin"]
     assert sorted(pinned) == sorted(builtin)
     commit_of = {method: commit for commit, *methods in pins for method in methods}
-    runs = pd.read_csv(STANDARD / "runs.csv")
-    for method, commit in runs[runs["kind"] == "run"].groupby("method")["commit"].first().items():
+    for method, commit in committed_runs().groupby("method")["commit"].first().items():
         assert str(commit).startswith(commit_of[method]), (method, commit)

@@ -10,9 +10,10 @@
 # records, so a wiped machine resumes where the committed board stands). Each method runs from
 # the commit PINS names; a change that alters a method's replay fixture pins it anew and its
 # runs at the old commit are withdrawn (tests/test_standard_board.py checks one clean commit a
-# method). Phases, as docs/testbed.md decides them: hard seeds 0-9, easy seeds 0-4, the claims'
-# own rows (reproduce gtpo, oppo), then easy seeds 5-9 for the rows scripts/easy_seeds.py
-# chooses. Run it in the background: nohup scripts/campaign.sh WORK run >> WORK/log 2>&1 &
+# method). Phases, as docs/testbed.md decides them: first the easy seeds of the rows in FIRST
+# (seeds 0-4, then 5-9 where scripts/easy_seeds.py chooses them among those rows), then hard
+# seeds 0-9, easy seeds 0-4, the claims' own rows (reproduce gtpo, oppo), then easy seeds 5-9
+# for the rows scripts/easy_seeds.py chooses. Run it in the background: nohup scripts/campaign.sh WORK run >> WORK/log 2>&1 &
 set -eu -o pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +30,11 @@ PINS=(
   "80c549a prime"
   "75b6117 grpo oracle ktae otb drgrpo dfpo gspo oppo reinforce_pp reinforce_pp_baseline rloo rrpo scapo sdpo srpo tempo tspmo vineppo"
 )
+
+# Rows whose easy seeds go before everything else: the methods issue's seven methods, with GRPO
+# and the oracle they are read against (their hard seeds 0-9 are all in). The seeds-5-9 rule is
+# one method at a time, so applying it to these rows first chooses what it would choose later.
+FIRST=(grpo oracle int mig pppo spo ktae otb gtpo)
 
 pin_of() {  # the commit that runs method $1
   local line
@@ -63,9 +69,23 @@ bench() {  # bench COMMIT SEEDS PREFIX METHOD...
     --seeds "$seeds" "${only[@]}" ${DRY:+--dry-run} || echo "=== bench exited $? (see above)"
 }
 
-every_pin() {  # every_pin SEEDS PREFIX: bench each commit's methods
-  local line
-  for line in "${PINS[@]}"; do bench "${line%% *}" "$1" "$2" ${line#* }; done
+every_pin() {  # every_pin SEEDS PREFIX [METHOD...]: bench each commit's methods (those named)
+  local seeds=$1 prefix=$2 line m picked; shift 2
+  for line in "${PINS[@]}"; do
+    picked=()
+    for m in ${line#* }; do
+      if [ $# -eq 0 ] || [[ " $* " == *" $m "* ]]; then picked+=("$m"); fi
+    done
+    [ ${#picked[@]} -eq 0 ] || bench "${line%% *}" "$seeds" "$prefix" "${picked[@]}"
+  done
+}
+
+easy_5_9() {  # easy_5_9 all|A,B: the rows scripts/easy_seeds.py chooses run easy seeds 5-9
+  local chosen m
+  if ! chosen=$(python "$REPO/scripts/easy_seeds.py" "$WORK/results" --methods "$1" 2>&1); then
+    echo "easy seeds 5-9 wait: $chosen"; return 0
+  fi
+  for m in $chosen; do bench "$(pin_of "$m")" 5-9 "$EASY" "$m"; done
 }
 
 restore() {  # the committed records into the results folder (the bench skips finished runs)
@@ -78,9 +98,11 @@ restore() {  # the committed records into the results folder (the bench skips fi
 }
 
 campaign() {
-  local line m chosen
+  local line m
   for line in "${PINS[@]}"; do checkout "${line%% *}"; done
   restore
+  every_pin 0-4 "$EASY" "${FIRST[@]}"
+  easy_5_9 "$(IFS=,; echo "${FIRST[*]}")"
   every_pin 0-9 "$HARD"
   every_pin 0-4 "$EASY"
   for m in gtpo oppo; do  # the claims' own rows, from the commit that ran the method's rows
@@ -88,10 +110,7 @@ campaign() {
     cb "$(pin_of "$m")" reproduce "$m" --scale cpu --results "$WORK/claims-$m" \
       --records "$WORK/results" --workers 2 ${DRY:+--dry-run} || echo "=== reproduce exited $?"
   done
-  if ! chosen=$(python "$REPO/scripts/easy_seeds.py" "$WORK/results" 2>&1); then
-    echo "easy seeds 5-9 wait: $chosen"; return 0
-  fi
-  for m in $chosen; do bench "$(pin_of "$m")" 5-9 "$EASY" "$m"; done
+  easy_5_9 all
   echo "=== $(date -u +%FT%TZ) campaign done"
 }
 

@@ -127,6 +127,8 @@ def test_the_campaign_script_pins_every_builtin_method_once_at_its_runs_commit()
     pinned = [method for _, *methods in pins for method in methods]
     builtin = [name for name in list_methods() if method_origin(name).kind == "builtin"]
     assert sorted(pinned) == sorted(builtin)
+    first = re.search(r"^FIRST=\((.*?)\)", script, re.M)
+    assert first and set(first.group(1).split()) <= set(pinned), "FIRST names pinned methods"
     commit_of = {method: commit for commit, *methods in pins for method in methods}
     for method, commit in committed_runs().groupby("method")["commit"].first().items():
         assert str(commit).startswith(commit_of[method]), (method, commit)

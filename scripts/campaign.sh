@@ -85,7 +85,8 @@ easy_5_9() {  # easy_5_9 all|A,B: the rows scripts/easy_seeds.py chooses run eas
   if ! chosen=$(python "$REPO/scripts/easy_seeds.py" "$WORK/results" --methods "$1" 2>&1); then
     echo "easy seeds 5-9 wait: $chosen"; return 0
   fi
-  for m in $chosen; do bench "$(pin_of "$m")" 5-9 "$EASY" "$m"; done
+  # shellcheck disable=SC2086  # one method a word
+  every_pin 5-9 "$EASY" $chosen  # one bench a commit: its runs share the two workers
 }
 
 restore() {  # the committed records into the results folder (the bench skips finished runs)

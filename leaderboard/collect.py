@@ -19,8 +19,8 @@ The table (a pandas DataFrame) has two kinds of rows, told apart by ``kind``:
 
 Every row carries ``run`` (the folder relative to the results directory), ``method``, ``task``,
 ``options`` (the task options as ``key=value``, ``default`` when none), ``setting`` (the config
-fields that vary between the collected runs besides method, task, options and seed, such as a
-swept batch size; ``default`` when none) and ``seed``. ``accuracy_metric`` names the metric behind
+fields besides method, task, options and seed that vary between collected runs of one task and
+options, such as a swept batch size; ``default`` when none) and ``seed``. ``accuracy_metric`` names the metric behind
 ``final_accuracy`` and ``auc``: ``sampled_accuracy`` when every evaluation of the run has it,
 otherwise ``greedy_accuracy`` (the trainer's summary uses the same rule).
 
@@ -316,7 +316,20 @@ def _labels(configs: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:
         for rel, c in configs.items()
     }
     keys = sorted({k for f in flat.values() for k in f if k.split(".")[0] not in NOT_A_SETTING})
-    varying = [k for k in keys if len({f.get(k) for f in flat.values()}) > 1]
+    # A field names a setting only where it varies between runs of one task and task options:
+    # a budget that each task setting fixes (the standard suite's hard and easy) says nothing
+    # the options do not already say.
+    task_setting = {
+        rel: (c.get("task"), options_key(c.get("task_options"))) for rel, c in configs.items()
+    }
+    varying = [
+        k
+        for k in keys
+        if any(
+            len({f.get(k) for r, f in flat.items() if task_setting[r] == ts}) > 1
+            for ts in set(task_setting.values())
+        )
+    ]
     settings = {
         rel: ",".join(f"{k}={json.loads(f[k]) if k in f else None}" for k in varying) or "default"
         for rel, f in flat.items()

@@ -169,6 +169,25 @@ def test_swept_settings_and_method_options_are_separate_rows_not_duplicates(tmp_
     assert runs.loc["dapo-b", "method"] == "dapo[eps_high=0.28]"
 
 
+def test_a_budget_each_task_setting_fixes_is_not_a_setting_but_a_swept_one_is(tmp_path):
+    """The standard suite's hard and easy chains carry their own budgets: the task options tell
+    them apart, so the budget adds nothing to their label (nor to their figures' file names);
+    a budget swept within one task setting still separates its runs."""
+    fixed = tmp_path / "fixed"
+    make_run(fixed, "easy-grpo-s0", "grpo", 0, steps=8, budget={"amount": 3e12})
+    make_run(fixed, "hard-grpo-s0", "grpo", 0, steps=10, budget={"amount": 4.5e12})
+    table, _ = collect_runs(fixed)
+    assert set(table.loc[table["kind"] == "run", "setting"]) == {"default"}
+    swept = tmp_path / "swept"
+    make_run(swept, "easy-small-s0", "grpo", 0, steps=8, budget={"amount": 3e12})
+    make_run(swept, "easy-large-s0", "grpo", 0, steps=8, budget={"amount": 6e12})
+    make_run(swept, "hard-grpo-s0", "grpo", 0, steps=10, budget={"amount": 4.5e12})
+    table = collect_runs(swept)[0]
+    runs = table[table["kind"] == "run"].set_index("run")
+    assert runs.loc["easy-small-s0", "setting"] != runs.loc["easy-large-s0", "setting"]
+    assert "budget.amount=4500000000000.0" in runs.loc["hard-grpo-s0", "setting"]
+
+
 def test_paper_numbers_appear_only_where_the_task_matches(tmp_path, monkeypatch):
     from types import SimpleNamespace
 

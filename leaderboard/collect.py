@@ -20,9 +20,10 @@ The table (a pandas DataFrame) has two kinds of rows, told apart by ``kind``:
 Every row carries ``run`` (the folder relative to the results directory), ``method``, ``task``,
 ``options`` (the task options as ``key=value``, ``default`` when none), ``setting`` (the config
 fields besides method, task, options and seed that vary between collected runs of one task and
-options, such as a swept batch size; ``default`` when none) and ``seed``. ``accuracy_metric`` names the metric behind
-``final_accuracy`` and ``auc``: ``sampled_accuracy`` when every evaluation of the run has it,
-otherwise ``greedy_accuracy`` (the trainer's summary uses the same rule).
+options, such as a swept batch size; ``default`` when none) and ``seed``. ``accuracy_metric``
+names the metric behind ``final_accuracy`` and ``auc``: ``sampled_accuracy`` when every
+evaluation of the run has it, otherwise ``greedy_accuracy`` (the trainer's summary uses the same
+rule).
 
 Run rows also carry the run's record: ``config`` (its config as JSON, less the fields that say
 where it ran: :data:`NOT_A_SETTING`), ``config_digest`` (the first 12 hex digits of that JSON's

@@ -132,3 +132,12 @@ def test_the_campaign_script_pins_every_builtin_method_once_at_its_runs_commit()
     commit_of = {method: commit for commit, *methods in pins for method in methods}
     for method, commit in committed_runs().groupby("method")["commit"].first().items():
         assert str(commit).startswith(commit_of[method]), (method, commit)
+
+
+def test_every_committed_figure_of_the_board_is_shown_somewhere() -> None:
+    """A render writes figures named after the settings; a figure a later render no longer
+    names would otherwise stay committed beside the board, stale, with nothing pointing to it."""
+    pages = [p.read_text(encoding="utf-8") for p in (ROOT / "docs").rglob("*.md")]
+    pages.append((STANDARD / "leaderboard.html").read_text(encoding="utf-8"))
+    orphans = [f.name for f in STANDARD.glob("*.png") if not any(f.name in p for p in pages)]
+    assert orphans == [], f"figures no page shows (left by an earlier render?): {orphans}"

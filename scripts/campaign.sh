@@ -13,7 +13,8 @@
 # method). Phases, as docs/testbed.md decides them: first the easy seeds of the rows in FIRST
 # (seeds 0-4, then 5-9 where scripts/easy_seeds.py chooses them among those rows), then hard
 # seeds 0-9, easy seeds 0-4, the claims' own rows (reproduce gtpo, oppo), then easy seeds 5-9
-# for the rows scripts/easy_seeds.py chooses. Run it in the background: nohup scripts/campaign.sh WORK run >> WORK/log 2>&1 &
+# for the rows scripts/easy_seeds.py chooses.
+# Run it in the background: nohup scripts/campaign.sh WORK run >> WORK/log 2>&1 &
 set -eu -o pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)

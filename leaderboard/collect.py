@@ -320,16 +320,14 @@ def _labels(configs: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:
     # A field names a setting only where it varies between runs of one task and task options:
     # a budget that each task setting fixes (the standard suite's hard and easy) says nothing
     # the options do not already say.
-    task_setting = {
-        rel: (c.get("task"), options_key(c.get("task_options"))) for rel, c in configs.items()
-    }
+    by_task_setting: dict[tuple, list[dict[str, Any]]] = {}
+    for rel, c in configs.items():
+        key = (c.get("task"), options_key(c.get("task_options")))
+        by_task_setting.setdefault(key, []).append(flat[rel])
     varying = [
         k
         for k in keys
-        if any(
-            len({f.get(k) for r, f in flat.items() if task_setting[r] == ts}) > 1
-            for ts in set(task_setting.values())
-        )
+        if any(len({f.get(k) for f in runs}) > 1 for runs in by_task_setting.values())
     ]
     settings = {
         rel: ",".join(f"{k}={json.loads(f[k]) if k in f else None}" for k in varying) or "default"

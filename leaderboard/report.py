@@ -19,7 +19,9 @@
   base64 data URIs, no external assets.
 
 Every file is built in memory first and then written to a temporary name and renamed, so a
-failure leaves the previous leaderboard in place, never a half-written one.
+failure leaves the previous leaderboard in place, never a half-written one. Once the new page
+is written, the figures an earlier render drew and this one does not (a setting renamed, a plot
+no longer drawn) are removed, so the folder shows what its records say and nothing older.
 """
 
 from __future__ import annotations
@@ -84,6 +86,23 @@ HOW_TO_READ = (
 def _count(n: int, noun: str) -> str:
     """``1 method``, ``3 methods``."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+# the figures a board may draw: one of each prefix per setting, the others once per board
+SETTING_FIGURE_PREFIXES = ("gain_forest-", "curves-", "multiples-")
+BOARD_FIGURES = ("gain_overview", "credit_vs_gain", "credit", "gain_vs_length")
+
+
+def stale_figures(out: Path, written: set[str]) -> list[Path]:
+    """Figures in ``out`` that a board draws by name but this render did not write: left by an
+    earlier render of other records (a setting renamed, a plot no longer drawn). Other files
+    in ``out`` are never touched."""
+    stale = []
+    for path in sorted(out.glob("*.png")):
+        ours = path.stem in BOARD_FIGURES or path.stem.startswith(SETTING_FIGURE_PREFIXES)
+        if ours and path.stem not in written:
+            stale.append(path)
+    return stale
 
 
 def setting_figures(stats: dict) -> dict[str, bytes]:
@@ -392,4 +411,8 @@ def render(
     for key, (file_name, text) in texts.items():
         paths[key] = out / file_name
         atomic_write_text(paths[key], text)
+    # after the new page is in place, so a crash never leaves a page without its figures
+    for path in stale_figures(out, set(figures)):
+        print(f"removed {path.name}: a figure of an earlier render, not drawn now", file=sys.stderr)
+        path.unlink()
     return paths

@@ -103,6 +103,19 @@ def test_render_writes_every_file_with_the_methods_and_one_row_per_run(results, 
     assert not list(out.glob(".*.tmp"))
 
 
+def test_a_rerender_removes_the_figures_it_no_longer_draws_and_nothing_else(results, tmp_path):
+    out = tmp_path / "board"
+    render(results, out, reps=100)
+    stale = [out / "curves-chain-steps-99.png", out / "gain_vs_length.png"]
+    kept = [out / "photo.png", out / "curves.png"]  # not a name the board draws
+    for path in stale + kept:
+        path.write_bytes(b"old")
+    paths = render(results, out, reps=100)
+    assert not any(path.exists() for path in stale)
+    assert all(path.read_bytes() == b"old" for path in kept)
+    assert paths["curves-chain-steps-4"].stat().st_size > 3
+
+
 def test_render_plots_gain_against_chain_length_when_lengths_vary(tmp_path):
     root = tmp_path / "results"
     for steps in (4, 8):

@@ -17,13 +17,16 @@ report and their prose all read gains, claims, positions and ranks from here:
   with a bootstrap interval (the seeds resampled together, the ratio of the resampled means).
   Shown only where the oracle is ahead of GRPO by the claim rule: dividing by a gap noise could
   erase gives positions of -20 or +8 that mean nothing. Elsewhere it is n/a, with the reason.
-- **rank**: by the AUC gain's point estimate (GRPO's is 0); the best remaining method and
-  every remaining method whose gain interval overlaps its interval share a rank (competition
-  ranking 1, 1, 3), and so on. Overlap of 95% intervals is a conservative test: it misses some
-  real differences and invents none; with one seed only ties (to 1e-6) share a rank. The rows are
-  listed in rank order, by point estimate within a rank: a method with a wide interval can share
-  the leader's rank while one with a higher point but a narrow interval below the leader's does
-  not, and a table sorted by point alone would then print its ranks out of order.
+- **rank**: 1 + the number of rows whose AUC gain is *beyond* the row's: every one of its two
+  95% intervals lies above every one of the row's (GRPO's gain is the point 0), the claim rule
+  read between any two rows, so GRPO's rank is 1 + the methods ahead of it by the claim rule
+  and a method not told apart from GRPO never ranks below it. Rows of one rank share it
+  (``=2``); ranks need not be consecutive (1, 1, 2: the third row has one row beyond it, the
+  second none). The five-pair minimum of a claim is not applied: a rank orders rows, and with
+  fewer than five pairs the t interval is wide. With one seed a row has no interval and its
+  point stands for it, so only ties (to 1e-6) share a rank. Rows are listed by rank, then by
+  point estimate: a method with a wide interval can share the leader's rank while one with a
+  higher point but a narrow interval below the leader's does not.
 """
 
 from __future__ import annotations
@@ -150,32 +153,28 @@ def ranked(frame: pd.DataFrame, column: str = "gain_auc") -> pd.DataFrame:
     """The methods of one setting, best first, with ``rank`` and ``rank_shared`` (module doc);
     GRPO's gain is 0, a method without a gain comes last, unranked."""
 
-    def interval(i) -> tuple[float, float, float]:
-        """(point, low, high) of row ``i``'s gain; the point where no interval (one seed)."""
+    def span(i) -> tuple[float, float, float]:
+        """(point, low, high) of row ``i``'s gain: the lowest and highest bound of its two
+        intervals; the point where it has none (one seed)."""
         if frame.at[i, "method"] == BASELINE:
             return 0.0, 0.0, 0.0
         point = float(frame.at[i, column]) if column in frame else math.nan
-        low, high = (frame.at[i, f"{column}_{side}"] if f"{column}_{side}" in frame else point
-                     for side in ("low", "high"))  # fmt: skip
-        low, high = float(low), float(high)
-        return point, low if math.isfinite(low) else point, high if math.isfinite(high) else point
+        bounds = [
+            float(frame.at[i, name])
+            for name in (f"{column}_low", f"{column}_high", f"{column}_t_low", f"{column}_t_high")
+            if name in frame and math.isfinite(float(frame.at[i, name]))
+        ]
+        return point, min(bounds, default=point), max(bounds, default=point)
 
     # rounded to 1e-6: accuracies are recorded in float32 by some runs and exactly by others
     # (about 1e-8 apart), and a board shows three decimals; gains equal to 1e-6 are a tie
-    spans = {i: tuple(round(x, 6) for x in interval(i)) for i in frame.index}
-    known = sorted(
-        (i for i in frame.index if math.isfinite(spans[i][0])),
-        key=lambda i: (-spans[i][0], frame.at[i, "method"]),
-    )
+    spans = {i: tuple(round(x, 6) for x in span(i)) for i in frame.index}
+    known = [i for i in frame.index if math.isfinite(spans[i][0])]
     out = frame.copy()
     out["rank"], out["rank_shared"] = math.nan, False
-    order, remaining, rank = [], known, 1
-    while remaining:
-        _, best_low, best_high = spans[remaining[0]]
-        group = [i for i in remaining if spans[i][1] <= best_high and best_low <= spans[i][2]]
-        for i in group:
-            out.at[i, "rank"], out.at[i, "rank_shared"] = rank, len(group) > 1
-        order += group  # already by point within the group
-        rank += len(group)
-        remaining = [i for i in remaining if i not in group]
+    for i in known:
+        out.at[i, "rank"] = 1 + sum(spans[j][1] > spans[i][2] for j in known)
+    for i in known:
+        out.at[i, "rank_shared"] = int((out.loc[known, "rank"] == out.at[i, "rank"]).sum()) > 1
+    order = sorted(known, key=lambda i: (out.at[i, "rank"], -spans[i][0], frame.at[i, "method"]))
     return out.loc[order + [i for i in frame.index if i not in known]]

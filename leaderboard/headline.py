@@ -132,7 +132,9 @@ def credit_command(methods: Sequence[str]) -> str:
 
 def _place(best: Best) -> str:
     """Where the board puts ``best``: its rank and the rows that share it."""
-    shared = f" with {', '.join(best.sharing)} (their intervals overlap)" if best.sharing else ""
+    if not best.sharing:
+        return f"the board's best method besides the references, at rank {best.rank}"
+    shared = f" with {', '.join(best.sharing)} (as many rows beyond each of them)"
     return f"the board's best method besides the references, at rank {best.rank}{shared}"
 
 

@@ -58,8 +58,10 @@ HOW_TO_READ = (
     "in brackets, its 95% t interval after t, and k/n, the seeds of n at which the method is "
     "ahead. ▲: both intervals above 0 over at least 5 seeds (ahead of GRPO); ▼: both below "
     "(behind). Online: the mean reward of the training batches, each graded before its "
-    "update. Rank: by the AUC gain; the best remaining method and every method whose gain "
-    "interval overlaps its interval share a rank (=1). Position: the method's mean AUC gain "
+    "update. Rank: 1 + the number of rows whose AUC gain is beyond the row's (both of their "
+    "intervals above both of its, GRPO's gain the point 0), so GRPO's rank is 1 + the methods "
+    "ahead of it and a method not told apart from GRPO never ranks below it; rows of one rank "
+    "share it (=2). Position: the method's mean AUC gain "
     "over the oracle's, GRPO at 0 and the exact-credit oracle at 1, with a bootstrap interval "
     "over seeds, read on the seeds at which the method, GRPO and the oracle have all run (a "
     "method with more seeds than the oracle has its gain over all of them); n/a unless the "
@@ -135,8 +137,9 @@ def build_blocks(
             "p",
             f"{n_runs} finished runs, {_count(methods.groupby(GROUP).ngroups, 'task setting')}, "
             f"{_count(methods['method'].nunique(), 'method')}. Baseline: {BASELINE}; upper "
-            f"reference: {ORACLE}. Ranked by the gain in AUC over GRPO, methods whose intervals "
-            "overlap sharing a rank (how to read: at the end); brackets are 95% intervals.",
+            f"reference: {ORACLE}. Ranked by the gain in AUC over GRPO: a row's rank is 1 + the "
+            "rows beyond it by both intervals (how to read: at the end); brackets are 95% "
+            "intervals.",
         )
     )
     blocks += [("p", sentence) for sentence in coverage]

@@ -117,7 +117,7 @@ def gains(**rows):
 
 
 def test_the_boards_best_is_placed_by_the_boards_own_ranking_references_included():
-    # a leader whose interval overlaps the oracle's shares the oracle's rank, not the next one's
+    # a leader the oracle is not beyond shares the oracle's rank
     frame = gains(grpo=(0, 0, 0), oracle=(0.3, 0.1, 0.5), a=(0.2, 0.15, 0.25),
                   b=(0.03, -0.02, 0.08))  # fmt: skip
     assert board_best(frame) == Best("a", "=1", ["oracle"])
@@ -127,7 +127,7 @@ def test_the_boards_best_is_placed_by_the_boards_own_ranking_references_included
     best = board_best(frame)
     assert best == Best("a", "=3", ["b"])
     text = credit_block(best)
-    assert "a, the board's best method besides the references, at rank =3 with b (their" in text
+    assert "a, the board's best method besides the references, at rank =3 with b (as many" in text
     # VinePPO leading is named as the leader, not as a stand-in
     vine = credit_block(Best("vineppo", "1", []))
     assert "vineppo, the board's best method" in vine and "joins it" not in vine
@@ -136,7 +136,7 @@ def test_the_boards_best_is_placed_by_the_boards_own_ranking_references_included
     assert (
         "OPPO (a self-oracle's evidence; the board's best method besides the references, " in oppo
     )
-    assert "at rank =2 with otb (their intervals overlap)" in oppo
+    assert "at rank =2 with otb (as many rows beyond each of them)" in oppo
     assert "--methods grpo,oracle,vineppo,oppo" in oppo
 
 

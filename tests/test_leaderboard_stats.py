@@ -176,37 +176,53 @@ def test_difference_interval_excludes_zero_for_a_clear_gap():
     assert 0 < gap.low < gap.point < gap.high
 
 
-def test_one_ranking_by_the_auc_gain_sharing_ranks_where_intervals_overlap():
+def _gain_row(method, point, low, high, t_low=None, t_high=None):
+    """A board row: the AUC gain with its bootstrap and t intervals (t = bootstrap if not given)."""
+    t_low, t_high = low if t_low is None else t_low, high if t_high is None else t_high
+    return {"method": method, "gain_auc": point, "gain_auc_low": low, "gain_auc_high": high,
+            "gain_auc_t_low": t_low, "gain_auc_t_high": t_high}  # fmt: skip
+
+
+def test_a_rank_counts_the_rows_beyond_by_both_intervals():
     frame = pd.DataFrame(
         [
             {"method": "grpo", "gain_auc": math.nan},
-            {"method": "a", "gain_auc": 0.08, "gain_auc_low": 0.05, "gain_auc_high": 0.10},
-            {"method": "b", "gain_auc": 0.06, "gain_auc_low": 0.02, "gain_auc_high": 0.09},
-            {"method": "c", "gain_auc": 0.01, "gain_auc_low": -0.01, "gain_auc_high": 0.02},
-            {"method": "d", "gain_auc": -0.05, "gain_auc_low": -0.07, "gain_auc_high": -0.03},
+            _gain_row("a", 0.08, 0.05, 0.10),
+            _gain_row("b", 0.06, 0.02, 0.09),
+            # bootstrap above 0, t interval not: not ahead by the claim rule, so level with GRPO
+            _gain_row("boot_only", 0.03, 0.01, 0.05, -0.002, 0.06),
+            _gain_row("c", 0.01, -0.01, 0.02),
+            # t interval below 0, bootstrap not: not behind GRPO either
+            _gain_row("t_only", -0.02, -0.04, 0.001, -0.03, -0.001),
+            _gain_row("d", -0.05, -0.07, -0.03),
             {"method": "e", "gain_auc": math.nan},  # no gain: last, unranked
         ]
     )
     out = ranked(frame)
-    assert list(out["method"]) == ["a", "b", "c", "grpo", "d", "e"]
     ranks = dict(zip(out["method"], zip(out["rank"], out["rank_shared"], strict=True), strict=True))
-    assert ranks["a"] == (1, True) and ranks["b"] == (1, True)  # b overlaps a
-    assert ranks["c"] == (3, True) and ranks["grpo"] == (3, True)  # GRPO's 0 lies in c's
-    assert ranks["d"] == (5, False) and math.isnan(ranks["e"][0])
+    # no row's bounds lie above a's, b's or boot_only's upper bounds
+    assert ranks["a"] == ranks["b"] == ranks["boot_only"] == (1, True)
+    assert ranks["c"] == (2, False)  # a's lower bound 0.05 lies above c's upper bound 0.02
+    # GRPO's rank is 1 + the methods ahead of it by the claim rule: a and b, not boot_only
+    assert ranks["grpo"] == (3, True)
+    assert ranks["t_only"] == (3, True)  # not told apart from GRPO: never ranked below it
+    assert ranks["d"] == (6, False)  # beyond it: a, b, boot_only, c and GRPO, not t_only
+    assert math.isnan(ranks["e"][0])
+    assert list(out["method"]) == ["a", "b", "boot_only", "c", "grpo", "t_only", "d", "e"]
 
 
 def test_the_ranking_lists_rows_in_rank_order_when_a_wide_interval_joins_the_leader():
     frame = pd.DataFrame(
         [
-            {"method": "a", "gain_auc": 0.08, "gain_auc_low": 0.05, "gain_auc_high": 0.10},
-            {"method": "narrow", "gain_auc": 0.03, "gain_auc_low": 0.02, "gain_auc_high": 0.04},
-            {"method": "wide", "gain_auc": 0.01, "gain_auc_low": -0.03, "gain_auc_high": 0.06},
+            _gain_row("a", 0.08, 0.05, 0.10),
+            _gain_row("narrow", 0.03, 0.02, 0.04),
+            _gain_row("wide", 0.01, -0.03, 0.06),
         ]
     )
     out = ranked(frame)
-    # "wide" overlaps the leader and shares its rank; "narrow" lies below it: rank 3, listed after
+    # nothing lies beyond "wide", so it shares the leader's rank; "a" lies beyond "narrow"
     assert list(zip(out["method"], out["rank"], strict=True)) == [
-        ("a", 1), ("wide", 1), ("narrow", 3)
+        ("a", 1), ("wide", 1), ("narrow", 2)
     ]
 
 

@@ -22,8 +22,16 @@ import textwrap
 from typing import Any
 
 NEGATIVE, POSITIVE = (0.84, 0.15, 0.16), (0.13, 0.40, 0.80)
-WIDTH = 44  # characters per line of a panel
-PANELS_PER_ROW = 6  # columns side by side; more wrap onto further rows
+WIDTH = 44  # characters a panel's line holds at most; longer lines wrap
+PANELS_PER_ROW = 6  # at most this many columns side by side; more wrap onto further rows
+# The PNG's scale (ours): a glyph is GLYPH_PX (about 10) pixels tall at the picture's own size,
+# and the picture is at most MAX_PICTURE_INCHES (about 660 px) wide, under the docs theme's text
+# column at a 1280 px window, so a page shows it at its own size instead of shrinking the letters.
+DPI = 110
+FONT_PT = 6.5
+GLYPH_PX = FONT_PT * DPI / 72
+MAX_PICTURE_INCHES = 6.0
+MIN_PANEL_CHARS = 20  # a panel never narrower than its title (a method's name)
 
 
 def _scale(values: list[float]) -> float:
@@ -156,19 +164,24 @@ def _layout(tokens: list[str]) -> list[tuple[int, int, int, str]]:
 
 def credit_png(responses: list[dict[str, Any]], columns: list[str], title: str) -> bytes:
     """The picture of :func:`credit_html` as one PNG: per response its caption and a panel per
-    column, :data:`PANELS_PER_ROW` panels a row."""
+    column. A panel is as wide as the longest line drawn; as many panels share a row as fit
+    :data:`MAX_PICTURE_INCHES` (at most :data:`PANELS_PER_ROW`), the rows balanced (four
+    panels: two rows of two, not three and one)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     char_w, line_h = 0.075, 0.19  # inches
-    per_row = min(len(columns), PANELS_PER_ROW)
-    rows_of_panels = [columns[i : i + per_row] for i in range(0, len(columns), per_row)]
     layouts = [_layout(r["tokens"]) for r in responses]
     lines = [max((c[1] for c in cells), default=0) + 1 for cells in layouts]
+    chars = max([c[2] + 2 for cells in layouts for c in cells] + [MIN_PANEL_CHARS])  # a margin
     # a caption sits just above its own panels, a wider gap (apart) above it: a reader pairs
     # each caption with the response below it, not the one above
-    panel_w, gap, head, caption, apart = WIDTH * char_w, 0.25, 0.22, 0.12, 0.45
+    panel_w, gap, head, caption, apart = chars * char_w, 0.25, 0.22, 0.12, 0.45
+    fits = max(1, int((MAX_PICTURE_INCHES - gap) // (panel_w + gap)))
+    n_rows = math.ceil(len(columns) / min(len(columns), PANELS_PER_ROW, fits))
+    per_row = math.ceil(len(columns) / n_rows)
+    rows_of_panels = [columns[i : i + per_row] for i in range(0, len(columns), per_row)]
     width = per_row * panel_w + (per_row + 1) * gap
     # the title wrapped to the figure's width (10 pt: about 0.09 inch a character), so no end
     # of it is cut off
@@ -176,7 +189,7 @@ def credit_png(responses: list[dict[str, Any]], columns: list[str], title: str) 
     title_h = 0.2 + 0.2 * len(title_lines)
     heights = [apart + caption + len(rows_of_panels) * (n * line_h + head) for n in lines]
     height = sum(heights) - apart + title_h + 0.1  # none above the first; a bottom margin
-    fig = Figure(figsize=(width, height), dpi=110)
+    fig = Figure(figsize=(width, height), dpi=DPI)
     fig.text(0.5, 1 - 0.1 / height, "\n".join(title_lines), ha="center", va="top", fontsize=10)
     top = height - title_h
     for number, (response, cells, n_lines) in enumerate(
@@ -198,14 +211,14 @@ def credit_png(responses: list[dict[str, Any]], columns: list[str], title: str) 
                         panel_h / height,
                     )
                 )
-                ax.set_xlim(0, WIDTH)
+                ax.set_xlim(0, chars)
                 ax.set_ylim(n_lines, 0)
                 ax.set_xticks([])
                 ax.set_yticks([])
                 ax.set_title(column, fontsize=8, pad=2)
                 values = response["advantages"].get(column)
                 if values is None:
-                    ax.text(WIDTH / 2, n_lines / 2, "not in this batch", ha="center", fontsize=7)
+                    ax.text(chars / 2, n_lines / 2, "not in this batch", ha="center", fontsize=7)
                     continue
                 scale = _scale(values)
                 for index, line, col, char in cells:
@@ -214,9 +227,8 @@ def credit_png(responses: list[dict[str, Any]], columns: list[str], title: str) 
                         ax.add_patch(Rectangle((col, line), 1, 1, color=color, linewidth=0))
                     if index in wrong:
                         ax.plot([col, col + 1], [line + 0.97, line + 0.97], color="black", lw=1)
-                    ax.text(
-                        col + 0.5, line + 0.8, char, fontsize=6.5, ha="center", family="monospace"
-                    )
+                    ax.text(col + 0.5, line + 0.8, char, fontsize=FONT_PT, ha="center",
+                            family="monospace")  # fmt: skip
             top -= head + panel_h
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()

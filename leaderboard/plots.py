@@ -7,6 +7,7 @@ in all of them (GRPO black, oracle credit grey and dashed).
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
 
@@ -31,13 +32,25 @@ def _figure(n_panels: int, *, width: float = 4.6, height: float = 3.4, columns: 
     return fig, axes[:n_panels]
 
 
-def _png(fig) -> bytes:
+def _png(fig, drawn: list | None = None) -> bytes:
+    """The figure as PNG bytes; ``drawn``, the numbers it plots, goes into the file's
+    ``Description`` text (JSON) so a test can check a committed figure against its records."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
+    metadata = {"Description": json.dumps(drawn)} if drawn is not None else None
+    fig.savefig(buffer, format="png", metadata=metadata)
     return buffer.getvalue()
+
+
+def drawn_numbers(png: bytes) -> list | None:
+    """The numbers :func:`_png` stored in a figure (None if it stored none)."""
+    from PIL import Image
+
+    text = Image.open(io.BytesIO(png)).info.get("Description")
+    return json.loads(text) if text else None
+
 
 
 def _style(methods: list[str]) -> dict[str, dict]:
@@ -193,6 +206,10 @@ def _draw_gains(ax, rows: pd.DataFrame, column: str, style, *, linewidth, marker
     ax.axvline(0.0, color="black", linewidth=1)
 
 
+# what the forest draws per method, best first; stored in its PNG (:func:`drawn_numbers`)
+FOREST_COLUMNS = [f"gain_{name}{end}" for name in ("auc", "final") for end in ("", "_low", "_high")]
+
+
 def gain_forest(frame: pd.DataFrame) -> bytes | None:
     """Gain over GRPO in AUC and in final accuracy per method of one setting, 95% intervals,
     best AUC gain at the top; oracle credit, the reference, in grey with a hollow marker."""
@@ -211,7 +228,9 @@ def gain_forest(frame: pd.DataFrame) -> bytes | None:
         ax.set_yticks(np.arange(len(rows)), labels if name == "auc" else [""] * len(rows))
         ax.set_xlabel(label)
         ax.grid(alpha=0.3, axis="x")
-    return _png(fig)
+    best_first = rows[["method", *FOREST_COLUMNS]][::-1].itertuples(index=False)
+    drawn = [[method, *(round(float(v), 6) for v in values)] for method, *values in best_first]
+    return _png(fig, drawn)
 
 
 def chosen_methods(frame: pd.DataFrame) -> list[str]:

@@ -3,8 +3,8 @@
 :func:`check_pages` serves a folder on localhost, opens each page, waits for it (and MathJax)
 to settle, takes a full-page screenshot and reports what a reader would see broken: a table
 wider than its container (a horizontal scrollbar), an image that did not load, equations left
-as raw TeX, text that keeps its white space drawn a character or two a line, and any request
-that left localhost.
+as raw TeX, text that keeps its white space drawn a character or two a line, a picture of text
+shown too small to read, and any request that left localhost.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ CHROMIUM_ARGS = [  # as root, and on a machine whose network is closed
     "--disable-sync",
     "--no-first-run",
 ]
-MEASURE = """() => {
+MEASURE = """(legible) => {
   const wide = [];
   // Material wraps a table in a scrolling box (which bleeds into the margins by design):
   // that box must not scroll. A bare table must not be wider than its container.
@@ -63,7 +63,18 @@ MEASURE = """() => {
       scattered.push(`${lines.length} lines of ${chars} characters: ${start}`);
     }
   }
-  return {wide, broken, tex, typeset, scattered};
+  // A picture of text shown narrower than its own size shrinks its letters with it.
+  const shrunk = [];
+  for (const img of document.images) {
+    const src = img.getAttribute('src') || '';
+    const least = Object.entries(legible).find(([end]) => src.endsWith(end));
+    if (!least || !img.naturalWidth) continue;
+    const scale = img.getBoundingClientRect().width / img.naturalWidth;
+    if (scale < least[1]) {
+      shrunk.push(`${src} at ${Math.round(100 * scale)}% of its ${img.naturalWidth}px`);
+    }
+  }
+  return {wide, broken, tex, typeset, scattered, shrunk};
 }"""
 
 
@@ -88,9 +99,13 @@ def served(folder: Path) -> Iterator[str]:
         server.shutdown()
 
 
-def check_pages(folder: Path, pages: list[str], shots: Path, *, allowed_hosts=()) -> list[str]:
+def check_pages(
+    folder: Path, pages: list[str], shots: Path, *, allowed_hosts=(), legible=None
+) -> list[str]:
     """Every problem found on ``pages`` (paths under ``folder``), one line each; screenshots
-    of each page into ``shots``."""
+    of each page into ``shots``. ``legible`` maps the end of an image's address to the least
+    share of its own width it may be shown at (a picture of text whose letters must stay
+    readable)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
@@ -119,12 +134,13 @@ def check_pages(folder: Path, pages: list[str], shots: Path, *, allowed_hosts=()
                     )
                 except PlaywrightTimeout:
                     pass  # counted below as equations not typeset
-            found = page.evaluate(MEASURE)
+            found = page.evaluate(MEASURE, dict(legible or {}))
             name = rel.strip("/").replace("/", "_") or "home"
             page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
             problems += [f"{rel}: table overflows, {w}" for w in found["wide"]]
             problems += [f"{rel}: image did not load: {src}" for src in found["broken"]]
             problems += [f"{rel}: text drawn a piece a line, {t}" for t in found["scattered"]]
+            problems += [f"{rel}: picture of text shrunk, {t}" for t in found["shrunk"]]
             if found["typeset"] < found["tex"]:
                 problems.append(f"{rel}: {found['tex'] - found['typeset']} equations not typeset")
         browser.close()

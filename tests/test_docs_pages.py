@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from browser import check_pages, chromium
 
+from creditbench.leaderboard.explain import GLYPH_PX
+
 ROOT = Path(__file__).resolve().parents[1]
 # Material's header asks GitHub for the repository's star count; offline the request fails and
 # the page is the same, so it is the one request to another host that is not a fault.
@@ -38,26 +40,32 @@ def test_every_docs_page_fits_1280px_loads_its_images_and_typesets_its_math(tmp_
     pages = [p.removeprefix("./") for p in pages]
     assert {"", "tutorial/", "results/quick/leaderboard/"} <= set(pages)
     shots = Path(os.environ.get("CREDITBENCH_SCREENSHOTS") or tmp_path / "shots")
-    problems = check_pages(site, pages, shots, allowed_hosts=ALLOWED_HOSTS)
+    # the home page's credit picture: its letters at least 8 px tall, as a page's small print
+    legible = {"results/credit/few/credit.png": 8 / GLYPH_PX}
+    problems = check_pages(site, pages, shots, allowed_hosts=ALLOWED_HOSTS, legible=legible)
     assert problems == [], "\n".join(problems)
     assert len(list(shots.glob("*.png"))) == len(pages)
 
 
 @pytest.mark.skipif(chromium() is None, reason="needs Debian's chromium (apt-get install chromium)")
-def test_the_page_check_catches_an_overflowing_table_a_broken_image_and_raw_tex(tmp_path):
+def test_the_page_check_catches_an_overflowing_table_a_broken_image_raw_tex_and_shrunk_text(tmp_path):
     (tmp_path / "bad.html").write_text(
         "<!DOCTYPE html><html><body style='width:600px'>"
         f"<table><tr><td>{'x' * 400}</td></tr></table>"
         "<img src='missing.png'><span class='arithmatex'>\\(x^2\\)</span>"
         "<div style='white-space: pre-wrap'>"
         + "\n".join(f"<span>{c}</span>" for c in "so 21+5=26 then 26*2=52")
-        + "</div></body></html>"
+        + "</div><img src='words.png' style='width:100%'></body></html>"
     )
-    problems = check_pages(tmp_path, ["bad.html"], tmp_path / "shots")
+    from PIL import Image
+
+    Image.new("RGB", (1200, 40), "white").save(tmp_path / "words.png")  # shown at 600 px: 50%
+    problems = check_pages(tmp_path, ["bad.html"], tmp_path / "shots", legible={"words.png": 0.8})
     assert any("table overflows" in p for p in problems)
     assert any("image did not load: missing.png" in p for p in problems)
     assert any("1 equations not typeset" in p for p in problems)
     assert any("text drawn a piece a line" in p for p in problems)
+    assert any("picture of text shrunk, words.png at 50% of its 1200px" in p for p in problems)
 
 
 @pytest.mark.skipif(chromium() is None, reason="needs Debian's chromium (apt-get install chromium)")

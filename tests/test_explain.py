@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
@@ -114,6 +115,29 @@ def test_the_page_colours_by_sign_leaves_zero_white_and_underlines_the_first_wro
     assert spans[4][0].count("rgba(33,102,204") == 1  # positive: blue
     assert "not in this column" in page
     assert credit_png([response], ["m", "other"], "t").startswith(b"\x89PNG")
+
+
+def test_the_picture_fits_a_page_column_at_its_own_size_panels_as_wide_as_their_lines():
+    from PIL import Image
+
+    from creditbench.leaderboard.explain import DPI, MAX_PICTURE_INCHES, MIN_PANEL_CHARS
+
+    tokens = list("so 21+5=26\nthen 26*2=52\nAnswer: 52")  # longest line 12 characters
+
+    def width_px(n_columns: int, text=tokens) -> int:
+        columns = [f"m{i}" for i in range(n_columns)]
+        response = {"prompt": "p", "reward": 0.0, "tokens": text, "first_wrong": [0],
+                    "advantages": {c: [-1.0] * len(text) for c in columns}}  # fmt: skip
+        png = credit_png([response], columns, "t")
+        return Image.open(io.BytesIO(png)).size[0]
+
+    one_panel = round((MIN_PANEL_CHARS * 0.075 + 2 * 0.25) * DPI)
+    two_panels = round((2 * MIN_PANEL_CHARS * 0.075 + 3 * 0.25) * DPI)
+    assert abs(width_px(1) - one_panel) <= 2  # short lines: the narrowest panel, not 44 chars
+    assert abs(width_px(4) - two_panels) <= 2  # four panels: two rows of two
+    assert width_px(21) <= MAX_PICTURE_INCHES * DPI  # every method: rows of three, not six
+    long_line = list("x" * 40)
+    assert width_px(1, long_line) > one_panel + 15 * 0.075 * DPI  # a long line widens it
 
 
 def test_side_by_side_matches_the_same_response_across_methods():

@@ -13,6 +13,7 @@ from fake_runs import make_run
 
 from creditbench.leaderboard import render
 from creditbench.leaderboard.explain import credit_html, shown_columns
+from creditbench.leaderboard.gains import ranked
 from creditbench.leaderboard.headline import (
     CREDIT_END,
     CREDIT_START,
@@ -30,6 +31,7 @@ from creditbench.leaderboard.headline import (
     home_blocks,
     rewrite,
 )
+from creditbench.leaderboard.plots import FOREST_COLUMNS, drawn_numbers
 
 ROOT = Path(__file__).resolve().parents[1]
 HARD = "chain-hard-steps=10-slip_rate=0.1"
@@ -88,7 +90,14 @@ def test_the_home_page_headline_is_the_one_its_committed_records_give():
     assert current(page, CREDIT_START, CREDIT_END) == home.credit, "rerun scripts/home_headline.py"
     if "](" in home.headline:  # the gain figure, once GRPO's runs are in
         figure = home.headline.split("](", 1)[1].split(")", 1)[0]
-        assert (ROOT / "docs" / figure).is_file()
+        # the figure plots the numbers these records give, in the board's order
+        frame = hard_board(records, reps=2000)
+        rows = ranked(frame[frame["method"] != "grpo"])
+        expected = rows[["method", *FOREST_COLUMNS]].values.tolist()
+        drawn = drawn_numbers((ROOT / "docs" / figure).read_bytes())
+        assert drawn is not None and [r[0] for r in drawn] == [r[0] for r in expected], "rerender"
+        for mine, theirs in zip(drawn, expected, strict=True):
+            assert mine[1:] == pytest.approx(theirs[1:], abs=1e-6, nan_ok=True), mine[0]
     picture = ROOT / "docs" / PICTURE
     shown = shown_columns((picture / "credit.html").read_text(encoding="utf-8"))
     assert shown == home.methods, "rerun scripts/home_headline.py with --explain"

@@ -65,10 +65,13 @@ def test_the_longest_runs_start_first_and_the_unmeasured_before_them():
     assert "1 runs not measured" in line
 
 
-def test_the_dry_run_prints_each_runs_expected_minutes_from_a_timings_source(tmp_path, capsys):
+def test_the_dry_run_prints_each_runs_expected_minutes_from_a_timings_source(
+    tmp_path, capsys, monkeypatch
+):
     """A committed runs.csv with wall times plans the runs of its settings and methods."""
     from creditbench.tools.cli.main import main
 
+    monkeypatch.chdir(tmp_path)  # no committed records here: only the sources given count
     results = tmp_path / "results"
     argv = ["bench", "--suite", "quick", "--results", str(results), "--dry-run"]
     assert main([*argv, "--only", "chain-grpo-s0", "--only", "chain-oracle-s0"]) == 0
@@ -93,3 +96,31 @@ def test_the_dry_run_prints_each_runs_expected_minutes_from_a_timings_source(tmp
     timings.write_text("a,b\n1,2\n")
     assert main([*argv, "--timings", str(timings)]) == 2
     assert "--timings" in capsys.readouterr().err
+
+
+def test_a_checkout_plans_the_standard_suite_from_its_committed_records(
+    tmp_path, capsys, monkeypatch
+):
+    """Without --timings, the dry run reads docs/results/standard where it exists, as
+    `creditbench reproduce` does; elsewhere it says no times were found."""
+    from pathlib import Path
+
+    from creditbench.tools.cli.main import main
+
+    committed = Path(__file__).resolve().parents[1] / "docs" / "results" / "standard"
+    if not (committed / "runs.csv").is_file():
+        pytest.skip("the campaign's records are not committed yet")
+    argv = ["bench", "--suite", "standard", "--dry-run", "--only", "chain-easy-steps=8-grpo-s0"]
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--results", "a"]) == 0
+    out = capsys.readouterr().out
+    assert "not measured  chain-easy-steps=8-grpo-s0" in out and "no --timings" in out
+    (tmp_path / "docs" / "results" / "standard").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "standard" / "runs.csv").write_bytes(
+        (committed / "runs.csv").read_bytes()
+    )
+    assert main([*argv, "--results", "b"]) == 0
+    out = capsys.readouterr().out
+    assert " min  chain-easy-steps=8-grpo-s0" in out and "not measured" not in out
+    assert "timings sources (docs/results/standard/runs.csv)" in out
+    assert not (tmp_path / "a").exists()  # a dry run writes nothing

@@ -83,6 +83,8 @@ def run_suite(
     )
     from creditbench.harness.training.trainer import Trainer
     from creditbench.tools.bench_plan import (
+        COMMITTED_RECORDS,
+        default_timings,
         describe_plan,
         estimate_seconds,
         longest_first,
@@ -121,6 +123,7 @@ def run_suite(
     for source in timings:
         if not Path(source).exists():
             raise SuiteError(f"--timings: {source} does not exist")
+    timings = list(timings) or default_timings()
     try:
         estimates = estimate_seconds(runs, measured_seconds([results_dir, *timings]))
     except RunFormatError as err:
@@ -141,6 +144,8 @@ def run_suite(
             shown = minutes_text(estimates.get(run.name))
             print(f"  [{state:>6}] {shown}  {run.name}")
         print(describe_plan(pending, estimates, workers))
+        where = ", ".join(map(str, timings)) or f"none: no --timings, no {COMMITTED_RECORDS} here"
+        print(f"measured times: {results_dir} and the timings sources ({where})")
         return 0
     # One bench a results folder: a second one would count the first's runs in progress as
     # its own failures (each run's lock refuses it) and rewrite the manifest under it.

@@ -4,7 +4,9 @@ A campaign of hundreds of runs is planned before it is launched (``creditbench b
 --dry-run``) and run longest first, so the slowest runs do not start last and leave a core
 idle. The figures come from finished runs' records (``wall_seconds`` in the leaderboard's
 table): the results folder's own and any ``--timings`` sources (folders or committed
-``runs.csv``), read by :func:`creditbench.leaderboard.collect.collect_runs`.
+``runs.csv``), read by :func:`creditbench.leaderboard.collect.collect_runs`. Without
+``--timings``, a checkout of the repository plans from the leaderboard campaign's committed
+records (:data:`COMMITTED_RECORDS`, as ``creditbench reproduce`` reads them).
 
 A run's estimate is, in order of preference:
 
@@ -31,6 +33,15 @@ from pathlib import Path
 from typing import Any
 
 BASELINE = "grpo"  # the unit of the ratios: the method every setting measures first
+# The leaderboard campaign's committed records, relative to a checkout of the repository: the
+# measured times a plan falls back on, and the records `creditbench reproduce` reads first.
+COMMITTED_RECORDS = Path("docs/results/standard")
+
+
+def default_timings() -> list[Path]:
+    """The timing sources when none are given: the committed records' table, where it exists."""
+    table = COMMITTED_RECORDS / "runs.csv"
+    return [table] if table.is_file() else []
 _SEED = re.compile(r"-s\d+$")
 
 

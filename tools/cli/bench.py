@@ -51,7 +51,8 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="SOURCE",
         help="finished runs (a folder or a runs.csv, repeatable) whose wall times plan the "
-        "suite, beside the results folder's own: the dry run's expected times, longest first",
+        "suite, beside the results folder's own: the dry run's expected times, longest first "
+        "(default: docs/results/standard where it exists)",
     )
     p.add_argument(
         "--seeds",

@@ -18,10 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from creditbench.reference.cards import Card
+from creditbench.tools.bench_plan import COMMITTED_RECORDS
 from creditbench.tools.reproduce.recipe import ReproduceError
 
 SUITE = "standard"
-DEFAULT_RECORDS = Path("docs/results/standard")  # the campaign's committed records
 
 
 def claim_rows(card: Card) -> list[str]:
@@ -104,7 +104,7 @@ def reproduce_claims(
             "--minutes N runs its cpu_scale recipe for a look at the ordering"
         )
     if records is None:
-        sources = [DEFAULT_RECORDS] if DEFAULT_RECORDS.exists() else []
+        sources = [COMMITTED_RECORDS] if COMMITTED_RECORDS.exists() else []
     else:
         sources = [Path(s) for s in records]
         for source in sources:
@@ -117,7 +117,7 @@ def reproduce_claims(
     estimates = estimate_seconds(runs, measured_seconds([results, *sources]))
     pending = longest_first(pending, estimates)
     workers = workers or default_workers()[0]  # one run a core, as a quick look plans
-    where = ", ".join(str(s) for s in sources) or f"none (none given, none at {DEFAULT_RECORDS})"
+    where = ", ".join(str(s) for s in sources) or f"none (none given, none at {COMMITTED_RECORDS})"
     found = sum(r.name in in_records for r in runs)
     print(
         f"{card.id}: {len(card.claims)} claims on the {SUITE} suite: {len(runs)} runs, "

@@ -51,6 +51,30 @@ def test_the_shipped_boards_train_on_the_frozen_protocol():
         assert {k: settings.get(k) for k in training} == {k: protocol[k] for k in training}, name
 
 
+def test_the_shipped_suites_base_policies_ship_with_the_package(tmp_path, monkeypatch):
+    """Every setting of the quick and standard suites starts from a base policy the package
+    carries: a fresh machine runs them without training one (which would take an hour)."""
+    from creditbench.harness.models import bootstrap
+    from creditbench.harness.models.policy_cache import ASSETS_DIR
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("this setting's base policy is not shipped: it would be trained")
+
+    monkeypatch.setattr(bootstrap, "train_base_policy", no_training)
+    for name in ("quick", "standard"):
+        path = suite_path(name)
+        settings = {}
+        for run in expand_suite(load_suite(path), path):
+            config = run_config(run, tmp_path / name)
+            settings.setdefault(json.dumps(config.task_options, sort_keys=True), config)
+        for options, config in settings.items():
+            base = bootstrap.ensure_base_policy(
+                config.task, config.task_options, config, tmp_path / "cache", progress=False
+            )
+            assert base.parent.parent == ASSETS_DIR, (name, options)
+    assert len(settings) == 2  # the standard suite: the easy and the hard setting
+
+
 def test_a_task_entry_can_carry_its_own_grid_and_settings(tmp_path):
     suite = tmp_path / "s.yaml"
     suite.write_text(

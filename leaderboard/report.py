@@ -131,17 +131,24 @@ def build_blocks(
     coverage: Sequence[str] = (),
 ) -> list[tuple]:
     methods = stats["methods"]
+    # a board of one seed a method (the quick suite) has no interval to draw or rank by
+    intervals = bool((methods["n_seeds"] > 1).any())
+    ranking = (
+        "a row's rank is 1 + the rows beyond it by both intervals (how to read: at the end); "
+        "brackets are 95% intervals."
+        if intervals
+        else "one seed a method, so no intervals: by the point estimate, ties sharing a rank."
+    )
     blocks: list[tuple] = [("h1", f"creditbench leaderboard: {results_name}")]
     blocks.append(
         (
             "p",
             f"{n_runs} finished runs, {_count(methods.groupby(GROUP).ngroups, 'task setting')}, "
             f"{_count(methods['method'].nunique(), 'method')}. Baseline: {BASELINE}; upper "
-            f"reference: {ORACLE}. Ranked by the gain in AUC over GRPO: a row's rank is 1 + the "
-            "rows beyond it by both intervals (how to read: at the end); brackets are 95% "
-            "intervals.",
+            f"reference: {ORACLE}. Ranked by the gain in AUC over GRPO: {ranking}",
         )
     )
+    spread = ", 95% intervals" if intervals else " (one seed: points)"
     blocks += [("p", sentence) for sentence in coverage]
     for key, frame in ordered_groups(methods):
         name = plots.slug(key)
@@ -150,7 +157,7 @@ def build_blocks(
         blocks.append(("p", setting_verdict(frame)))
         if f"gain_forest-{name}" in figures:
             blocks.append(
-                ("img", f"gain_forest-{name}", "Gain over GRPO per method, 95% intervals")
+                ("img", f"gain_forest-{name}", f"Gain over GRPO per method{spread}")
             )
         blocks.append(("table", *accuracy_table(frame)))
         blocks.append(
@@ -167,7 +174,7 @@ def build_blocks(
         if f"curves-{name}" in figures:
             caption = (
                 "Accuracy against trained responses: GRPO, oracle credit, the best and the "
-                "worst method (mean over seeds, 95% band)"
+                "worst method" + (" (mean over seeds, 95% band)" if intervals else "")
             )
             blocks.append(("img", f"curves-{name}", caption))
         if f"multiples-{name}" in figures:
@@ -204,11 +211,11 @@ def build_blocks(
             blocks.append(("table", *paper_table(frame, matching)))
     blocks.append(("h2", "Across settings"))
     captions = {
-        "gain_overview": "AUC gain over GRPO per method and setting (95% intervals)",
+        "gain_overview": f"AUC gain over GRPO per method and setting{spread}",
         "credit_vs_gain": "Does better credit placement buy faster learning? Credit precision "
-        "against AUC gain over GRPO, per method and setting (95% intervals)",
+        f"against AUC gain over GRPO, per method and setting{spread}",
         "credit": "Credit diagnostics: precision, AUROC, filler entropy drift",
-        "gain_vs_length": "Gain in AUC over GRPO against chain length (mean difference, 95% CI)",
+        "gain_vs_length": f"Gain in AUC over GRPO against chain length{spread}",
     }
     for name, caption in captions.items():
         if name in figures:

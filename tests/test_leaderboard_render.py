@@ -128,6 +128,20 @@ def test_render_plots_gain_against_chain_length_when_lengths_vary(tmp_path):
     assert "## chain · steps=4" in md and "## chain · steps=8" in md
 
 
+def test_a_one_seed_board_claims_no_intervals_in_its_header_or_captions(tmp_path):
+    root = tmp_path / "results"
+    for method in ("grpo", "oracle", "dapo"):
+        make_run(root, f"{method}-s0", method, 0)
+    md = render(root, reps=50)["markdown"].read_text()
+    page = md.split("How to read:")[0]
+    assert "one seed a method, so no intervals: by the point estimate" in page
+    assert "95%" not in page and "Gain over GRPO per method (one seed: points)" in page
+    make_run(root, "grpo-s1", "grpo", 1)  # a second seed of one method: intervals again
+    make_run(root, "oracle-s1", "oracle", 1)
+    md = render(root, reps=50)["markdown"].read_text()
+    assert "brackets are 95% intervals" in md and "per method, 95% intervals" in md
+
+
 def test_a_suite_manifest_makes_the_page_say_how_much_of_the_suite_it_holds(tmp_path):
     root = tmp_path / "results"
     manifest = {"suite": "demo", "runs": []}

@@ -131,11 +131,17 @@ def credit_command(methods: Sequence[str]) -> str:
 
 
 def _place(best: Best) -> str:
-    """Where the board puts ``best``: its rank and the rows that share it."""
+    """Where the board puts ``best``: its rank and the rows that share it; where GRPO is one of
+    them, the method is first by its point estimate only, and the sentence says so."""
     if not best.sharing:
         return f"the board's best method besides the references, at rank {best.rank}"
-    shared = f" with {', '.join(best.sharing)} (as many rows beyond each of them)"
-    return f"the board's best method besides the references, at rank {best.rank}{shared}"
+    shared = f"with {', '.join(best.sharing)} (as many rows beyond each of them)"
+    if BASELINE in best.sharing:
+        return (
+            "the board's best method besides the references by its point estimate, level "
+            f"with GRPO: rank {best.rank} {shared}"
+        )
+    return f"the board's best method besides the references, at rank {best.rank} {shared}"
 
 
 def credit_block(best: Best | None) -> str:

@@ -3,7 +3,8 @@
 #
 #   scripts/campaign.sh WORK plan   # every phase's dry run: runs left and expected hours
 #   scripts/campaign.sh WORK run    # run what is left (resumes; the longest runs first)
-#   scripts/campaign.sh WORK sync   # copy finished runs into docs/results/standard, re-render
+#   scripts/campaign.sh WORK sync   # copy finished runs into docs/results/standard (and the
+#                                   # claims' own rows into docs/results/claims-rows), re-render
 #
 # WORK is a folder outside the repository: WORK/clones/<commit> (clean clones of this
 # repository), WORK/results (the bench's results folder, first filled with the committed
@@ -21,6 +22,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${1:?usage: scripts/campaign.sh WORK plan|run|sync}
 ACTION=${2:?usage: scripts/campaign.sh WORK plan|run|sync}
 STANDARD=$REPO/docs/results/standard
+CLAIMS_ROWS=$REPO/docs/results/claims-rows  # docs/testbed.md, "The claims' own rows"
 HARD='chain-hard-steps=10-slip_rate=0.1-weak_slip_rate=0.3-direct_slip_rate=0.65'
 EASY='chain-easy-steps=8'
 # commit: the methods it runs (the order is the campaign's priority)
@@ -127,9 +129,26 @@ sync_board() {  # finished runs into the repository; then the board, the claims,
       "$run/environment.json")
     echo "new: ${run##*/} $sha"
   done
+  # the claims' own rows (variants the suite does not run), beside the board, never in it
+  for run in "$WORK"/claims-*/chain-*/; do
+    [ -d "$run" ] || continue
+    run=${run%/}
+    [ -f "$run/summary.json" ] && [ ! -e "$STANDARD/${run##*/}" ] && [ ! -e "$WORK/results/${run##*/}" ] \
+      && [ ! -e "$CLAIMS_ROWS/${run##*/}" ] || continue
+    mkdir -p "$CLAIMS_ROWS/${run##*/}"
+    cp "$run"/{config.yaml,environment.json,metrics.jsonl,summary.json} "$CLAIMS_ROWS/${run##*/}/"
+    sha=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['git_commit'][:7])" \
+      "$run/environment.json")
+    echo "new: ${run##*/} $sha (claims' row)"
+  done
   cd "$REPO"
   creditbench leaderboard docs/results/standard >/dev/null
-  creditbench claims docs/results/standard/runs.csv --out docs/results/claims.md >/dev/null
+  local claims=(docs/results/standard/runs.csv)
+  if [ -d "$CLAIMS_ROWS" ]; then
+    creditbench leaderboard "$CLAIMS_ROWS" --records-only >/dev/null
+    claims+=("${CLAIMS_ROWS#"$REPO"/}/runs.csv")
+  fi
+  creditbench claims "${claims[@]}" --out docs/results/claims.md >/dev/null
   python scripts/home_headline.py docs/results/standard/runs.csv docs/index.md --explain
 }
 

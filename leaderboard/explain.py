@@ -164,9 +164,9 @@ def _layout(tokens: list[str]) -> list[tuple[int, int, int, str]]:
 
 def credit_png(responses: list[dict[str, Any]], columns: list[str], title: str) -> bytes:
     """The picture of :func:`credit_html` as one PNG: per response its caption and a panel per
-    column. A panel is as wide as the longest line drawn; as many panels share a row as fit
-    :data:`MAX_PICTURE_INCHES` (at most :data:`PANELS_PER_ROW`), the rows balanced (four
-    panels: two rows of two, not three and one)."""
+    column. A panel is as wide as the longest line drawn; a row holds as many panels as fit
+    :data:`MAX_PICTURE_INCHES` (at most :data:`PANELS_PER_ROW`), and no more than the fewest
+    rows need (four panels where three fit: two rows of two, not three and one)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle

@@ -19,12 +19,13 @@ report and their prose all read gains, claims, positions and ranks from here:
   erase gives positions of -20 or +8 that mean nothing. Elsewhere it is n/a, with the reason.
 - **rank**: 1 + the number of rows whose AUC gain is *beyond* the row's: every one of its two
   95% intervals lies above every one of the row's (GRPO's gain is the point 0), the claim rule
-  read between any two rows, so GRPO's rank is 1 + the methods ahead of it by the claim rule
-  and a method not told apart from GRPO never ranks below it. Rows of one rank share it
+  read between any two rows. Where every row has at least five seed pairs, GRPO's rank is
+  therefore 1 + the methods ahead of it by the claim rule, and a method not told apart from
+  GRPO never ranks below it. The five-pair minimum of a claim is not applied: a rank orders
+  rows, and with fewer pairs the t interval is wide; with one seed a row has no interval and
+  its point stands for it, so only ties (to 1e-6) share a rank. Rows of one rank share it
   (``=2``); ranks need not be consecutive (1, 1, 2: the third row has one row beyond it, the
-  second none). The five-pair minimum of a claim is not applied: a rank orders rows, and with
-  fewer than five pairs the t interval is wide. With one seed a row has no interval and its
-  point stands for it, so only ties (to 1e-6) share a rank. Rows are listed by rank, then by
+  second none). Rows are listed by rank, then by
   point estimate: a method with a wide interval can share the leader's rank while one with a
   higher point but a narrow interval below the leader's does not.
 """
@@ -159,12 +160,12 @@ def ranked(frame: pd.DataFrame, column: str = "gain_auc") -> pd.DataFrame:
         if frame.at[i, "method"] == BASELINE:
             return 0.0, 0.0, 0.0
         point = float(frame.at[i, column]) if column in frame else math.nan
-        bounds = [
+        bounds = [point] + [
             float(frame.at[i, name])
             for name in (f"{column}_low", f"{column}_high", f"{column}_t_low", f"{column}_t_high")
             if name in frame and math.isfinite(float(frame.at[i, name]))
         ]
-        return point, min(bounds, default=point), max(bounds, default=point)
+        return point, min(bounds), max(bounds)
 
     # rounded to 1e-6: accuracies are recorded in float32 by some runs and exactly by others
     # (about 1e-8 apart), and a board shows three decimals; gains equal to 1e-6 are a tie
@@ -178,3 +179,12 @@ def ranked(frame: pd.DataFrame, column: str = "gain_auc") -> pd.DataFrame:
         out.at[i, "rank_shared"] = int((out.loc[known, "rank"] == out.at[i, "rank"]).sum()) > 1
     order = sorted(known, key=lambda i: (out.at[i, "rank"], -spans[i][0], frame.at[i, "method"]))
     return out.loc[order + [i for i in frame.index if i not in known]]
+
+
+def ranked_without(frame: pd.DataFrame, leave_out, column: str = "gain_auc") -> pd.DataFrame:
+    """:func:`ranked` over the whole board, then without the methods ``leave_out``: a list of
+    some rows (the forest without GRPO, the verdict without the references) keeps the board's
+    ranks and order, which ranking the rows alone could change (GRPO and the oracle count among
+    the rows beyond others)."""
+    out = ranked(frame, column)
+    return out[~out["method"].isin(list(leave_out))]

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from .board import summarize
-from .gains import ranked
+from .gains import ranked, ranked_without
 from .plots import slug
 from .stats import BASELINE, ORACLE
 from .verdict import setting_verdict
@@ -52,7 +52,7 @@ def setting_rows(table: pd.DataFrame, label: str = LABEL) -> pd.DataFrame:
 
 
 def _positions(frame: pd.DataFrame) -> str:
-    rows = ranked(frame[~frame["method"].isin([BASELINE, ORACLE])])
+    rows = ranked_without(frame, [BASELINE, ORACLE])
     placed = [r for _, r in rows.iterrows() if math.isfinite(r.get("position", math.nan))]
     if not placed:
         notes = sorted({str(n) for n in frame.get("position_note", []) if isinstance(n, str) and n})
@@ -138,8 +138,8 @@ def _place(best: Best) -> str:
     shared = f"with {', '.join(best.sharing)} (as many rows beyond each of them)"
     if BASELINE in best.sharing:
         return (
-            "the board's best method besides the references by its point estimate, level "
-            f"with GRPO: rank {best.rank} {shared}"
+            "first, by its point estimate, of the methods the board ranks level with GRPO: "
+            f"rank {best.rank} {shared}"
         )
     return f"the board's best method besides the references, at rank {best.rank} {shared}"
 

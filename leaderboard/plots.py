@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .gains import ranked
+from .gains import ranked, ranked_without
 from .stats import BASELINE, ORACLE, natural_key, ordered_groups
 
 
@@ -50,7 +50,6 @@ def drawn_numbers(png: bytes) -> list | None:
 
     text = Image.open(io.BytesIO(png)).info.get("Description")
     return json.loads(text) if text else None
-
 
 
 def _style(methods: list[str]) -> dict[str, dict]:
@@ -215,7 +214,7 @@ def gain_forest(frame: pd.DataFrame) -> bytes | None:
     best AUC gain at the top; oracle credit, the reference, in grey with a hollow marker."""
     if "gain_auc" not in frame or frame["gain_auc"].notna().sum() == 0:
         return None
-    rows = ranked(frame[frame["method"] != BASELINE])[::-1]  # matplotlib draws bottom-up
+    rows = ranked_without(frame, [BASELINE])[::-1]  # matplotlib draws bottom-up
     fig, axes = _figure(2, width=4.4, height=max(2.4, 0.28 * len(rows) + 1.3), columns=2)
     style = _style(list(frame["method"].unique()))
     for ax, (name, label) in zip(
@@ -379,7 +378,7 @@ def gain_overview(methods: pd.DataFrame) -> bytes | None:
     low = float(methods["gain_auc_low"].min())
     high = float(methods["gain_auc_high"].max())
     for ax, (key, frame) in zip(axes, groups, strict=True):
-        ordered = ranked(frame[frame["method"] != BASELINE])[::-1]
+        ordered = ranked_without(frame, [BASELINE])[::-1]
         _draw_gains(ax, ordered, "gain_auc", style, linewidth=2.2, markersize=5)
         labels = [f"{m} (ref.)" if m == ORACLE else m for m in ordered["method"]]
         ax.set_yticks(np.arange(len(ordered)), labels, fontsize=7)

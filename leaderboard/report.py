@@ -20,8 +20,8 @@
 
 Every file is built in memory first and then written to a temporary name and renamed, so a
 failure leaves the previous leaderboard in place, never a half-written one. Once the new page
-is written, the figures an earlier render drew and this one does not (a setting renamed, a plot
-no longer drawn) are removed, so the folder shows what its records say and nothing older.
+is written, the figures the earlier page showed and this one does not (a setting renamed, a
+plot no longer drawn) are removed, so the folder shows what its records say and nothing older.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,9 +60,10 @@ HOW_TO_READ = (
     "ahead. ▲: both intervals above 0 over at least 5 seeds (ahead of GRPO); ▼: both below "
     "(behind). Online: the mean reward of the training batches, each graded before its "
     "update. Rank: 1 + the number of rows whose AUC gain is beyond the row's (both of their "
-    "intervals above both of its, GRPO's gain the point 0), so GRPO's rank is 1 + the methods "
-    "ahead of it and a method not told apart from GRPO never ranks below it; rows of one rank "
-    "share it (=2). Position: the method's mean AUC gain "
+    "intervals above both of its, GRPO's gain the point 0; with one seed, the point stands "
+    "for the interval), so where every row has five seeds or more GRPO's rank is 1 + the "
+    "methods ahead of it and a method not told apart from GRPO never ranks below it; rows of "
+    "one rank share it (=2). Position: the method's mean AUC gain "
     "over the oracle's, GRPO at 0 and the exact-credit oracle at 1, with a bootstrap interval "
     "over seeds, read on the seeds at which the method, GRPO and the oracle have all run (a "
     "method with more seeds than the oracle has its gain over all of them); n/a unless the "
@@ -95,15 +97,22 @@ SETTING_FIGURE_PREFIXES = ("gain_forest-", "curves-", "multiples-")
 BOARD_FIGURES = ("gain_overview", "credit_vs_gain", "credit", "gain_vs_length")
 
 
-def stale_figures(out: Path, written: set[str]) -> list[Path]:
-    """Figures in ``out`` that a board draws by name but this render did not write: left by an
-    earlier render of other records (a setting renamed, a plot no longer drawn). Other files
-    in ``out`` are never touched."""
+def shown_figures(page: Path) -> set[str]:
+    """The figures a board's ``leaderboard.md`` shows (names without ``.png``); none if absent."""
+    if not page.is_file():
+        return set()
+    return set(re.findall(r"!\[[^\]]*\]\(([^)/]+)\.png\)", page.read_text(encoding="utf-8")))
+
+
+def stale_figures(out: Path, earlier: set[str], written: set[str]) -> list[Path]:
+    """Figures the earlier page of ``out`` showed (``earlier``) that this render did not write:
+    a setting renamed, a plot no longer drawn. Only names a board draws, and only those its own
+    earlier page named: any other file in ``out`` is left alone."""
     stale = []
-    for path in sorted(out.glob("*.png")):
-        ours = path.stem in BOARD_FIGURES or path.stem.startswith(SETTING_FIGURE_PREFIXES)
-        if ours and path.stem not in written:
-            stale.append(path)
+    for name in sorted(earlier - written):
+        ours = name in BOARD_FIGURES or name.startswith(SETTING_FIGURE_PREFIXES)
+        if ours and (out / f"{name}.png").is_file():
+            stale.append(out / f"{name}.png")
     return stale
 
 
@@ -132,7 +141,8 @@ def build_blocks(
 ) -> list[tuple]:
     methods = stats["methods"]
     # a board of one seed a method (the quick suite) has no interval to draw or rank by
-    intervals = bool((methods["n_seeds"] > 1).any())
+    pairs = methods["gain_auc_pairs"] if "gain_auc_pairs" in methods else methods["n_seeds"]
+    intervals = bool((pairs > 1).any())
     ranking = (
         "a row's rank is 1 + the rows beyond it by both intervals (how to read: at the end); "
         "brackets are 95% intervals."
@@ -156,9 +166,7 @@ def build_blocks(
         blocks.append(("h2", plots.group_title(key)))
         blocks.append(("p", setting_verdict(frame)))
         if f"gain_forest-{name}" in figures:
-            blocks.append(
-                ("img", f"gain_forest-{name}", f"Gain over GRPO per method{spread}")
-            )
+            blocks.append(("img", f"gain_forest-{name}", f"Gain over GRPO per method{spread}"))
         blocks.append(("table", *accuracy_table(frame)))
         blocks.append(
             (
@@ -414,6 +422,7 @@ def render(
         "html": ("leaderboard.html", to_html(blocks, figures, f"creditbench leaderboard: {name}")),
     }
     out.mkdir(parents=True, exist_ok=True)
+    earlier = shown_figures(out / "leaderboard.md")
     paths: dict[str, Path] = {}
     for key, png in figures.items():
         paths[key] = out / f"{key}.png"
@@ -422,7 +431,7 @@ def render(
         paths[key] = out / file_name
         atomic_write_text(paths[key], text)
     # after the new page is in place, so a crash never leaves a page without its figures
-    for path in stale_figures(out, set(figures)):
+    for path in stale_figures(out, earlier, set(figures)):
         print(f"removed {path.name}: a figure of an earlier render, not drawn now", file=sys.stderr)
         path.unlink()
     return paths

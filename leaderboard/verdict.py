@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from .gains import MIN_PAIRS_FOR_A_CLAIM, ranked
+from .gains import MIN_PAIRS_FOR_A_CLAIM, ranked_without
 from .stats import BASELINE, ORACLE
 
 
@@ -51,7 +51,7 @@ def setting_verdict(frame: pd.DataFrame) -> str:
     methods = set(frame["method"])
     if BASELINE not in methods or "gain_auc" not in frame:
         return "No GRPO runs in this setting: there is no gain over GRPO to report."
-    others = ranked(frame[~frame["method"].isin([BASELINE, ORACLE])])
+    others = ranked_without(frame, [BASELINE, ORACLE])
     grpo_seeds = int(frame.loc[frame["method"] == BASELINE, "n_seeds"].iloc[0])
     if grpo_seeds < 2 or (not others.empty and (others["n_seeds"] < 2).all()):
         if others.empty:

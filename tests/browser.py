@@ -64,17 +64,18 @@ MEASURE = """(legible) => {
     }
   }
   // A picture of text shown narrower than its own size shrinks its letters with it.
-  const shrunk = [];
+  const shrunk = [], matched = [];
   for (const img of document.images) {
     const src = img.getAttribute('src') || '';
     const least = Object.entries(legible).find(([end]) => src.endsWith(end));
     if (!least || !img.naturalWidth) continue;
+    matched.push(least[0]);
     const scale = img.getBoundingClientRect().width / img.naturalWidth;
     if (scale < least[1]) {
       shrunk.push(`${src} at ${Math.round(100 * scale)}% of its ${img.naturalWidth}px`);
     }
   }
-  return {wide, broken, tex, typeset, scattered, shrunk};
+  return {wide, broken, tex, typeset, scattered, shrunk, matched};
 }"""
 
 
@@ -110,6 +111,7 @@ def check_pages(
     from playwright.sync_api import sync_playwright
 
     problems: list[str] = []
+    unseen = set(legible or {})  # a legible picture no page shows is a check that never ran
     shots.mkdir(parents=True, exist_ok=True)
     with served(folder) as base, sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
@@ -141,8 +143,10 @@ def check_pages(
             problems += [f"{rel}: image did not load: {src}" for src in found["broken"]]
             problems += [f"{rel}: text drawn a piece a line, {t}" for t in found["scattered"]]
             problems += [f"{rel}: picture of text shrunk, {t}" for t in found["shrunk"]]
+            unseen -= set(found["matched"])
             if found["typeset"] < found["tex"]:
                 problems.append(f"{rel}: {found['tex'] - found['typeset']} equations not typeset")
         browser.close()
     problems += [f"request outside localhost: {url}" for url in sorted(set(outside))]
+    problems += [f"no page shows a picture ending {end} (legible=)" for end in sorted(unseen)]
     return problems

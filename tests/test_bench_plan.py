@@ -101,26 +101,22 @@ def test_the_dry_run_prints_each_runs_expected_minutes_from_a_timings_source(
 def test_a_checkout_plans_the_standard_suite_from_its_committed_records(
     tmp_path, capsys, monkeypatch
 ):
-    """Without --timings, the dry run reads docs/results/standard where it exists, as
-    `creditbench reproduce` does; elsewhere it says no times were found."""
-    from pathlib import Path
-
+    """Without --timings, the dry run reads the checkout's docs/results/standard/runs.csv,
+    from any working directory, as `creditbench reproduce` does; without it (an installed
+    wheel), it says no times were found."""
+    from creditbench.tools import bench_plan
     from creditbench.tools.cli.main import main
 
-    committed = Path(__file__).resolve().parents[1] / "docs" / "results" / "standard"
-    if not (committed / "runs.csv").is_file():
+    if not (bench_plan.COMMITTED_RECORDS / "runs.csv").is_file():
         pytest.skip("the campaign's records are not committed yet")
     argv = ["bench", "--suite", "standard", "--dry-run", "--only", "chain-easy-steps=8-grpo-s0"]
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # not the checkout's root
     assert main([*argv, "--results", "a"]) == 0
     out = capsys.readouterr().out
-    assert "not measured  chain-easy-steps=8-grpo-s0" in out and "no --timings" in out
-    (tmp_path / "docs" / "results" / "standard").mkdir(parents=True)
-    (tmp_path / "docs" / "results" / "standard" / "runs.csv").write_bytes(
-        (committed / "runs.csv").read_bytes()
-    )
+    assert " min  chain-easy-steps=8-grpo-s0" in out and "not measured" not in out
+    assert f"timings sources ({bench_plan.COMMITTED_RECORDS / 'runs.csv'})" in out
+    monkeypatch.setattr(bench_plan, "COMMITTED_RECORDS", tmp_path / "wheel" / "standard")
     assert main([*argv, "--results", "b"]) == 0
     out = capsys.readouterr().out
-    assert " min  chain-easy-steps=8-grpo-s0" in out and "not measured" not in out
-    assert "timings sources (docs/results/standard/runs.csv)" in out
+    assert "not measured  chain-easy-steps=8-grpo-s0" in out and "no --timings" in out
     assert not (tmp_path / "a").exists()  # a dry run writes nothing

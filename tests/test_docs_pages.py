@@ -48,7 +48,7 @@ def test_every_docs_page_fits_1280px_loads_its_images_and_typesets_its_math(tmp_
 
 
 @pytest.mark.skipif(chromium() is None, reason="needs Debian's chromium (apt-get install chromium)")
-def test_the_page_check_catches_an_overflowing_table_a_broken_image_raw_tex_and_shrunk_text(tmp_path):
+def test_the_page_check_catches_what_a_reader_would_see_broken(tmp_path):
     (tmp_path / "bad.html").write_text(
         "<!DOCTYPE html><html><body style='width:600px'>"
         f"<table><tr><td>{'x' * 400}</td></tr></table>"
@@ -60,12 +60,14 @@ def test_the_page_check_catches_an_overflowing_table_a_broken_image_raw_tex_and_
     from PIL import Image
 
     Image.new("RGB", (1200, 40), "white").save(tmp_path / "words.png")  # shown at 600 px: 50%
-    problems = check_pages(tmp_path, ["bad.html"], tmp_path / "shots", legible={"words.png": 0.8})
+    legible = {"words.png": 0.8, "gone.png": 0.8}
+    problems = check_pages(tmp_path, ["bad.html"], tmp_path / "shots", legible=legible)
     assert any("table overflows" in p for p in problems)
     assert any("image did not load: missing.png" in p for p in problems)
     assert any("1 equations not typeset" in p for p in problems)
     assert any("text drawn a piece a line" in p for p in problems)
     assert any("picture of text shrunk, words.png at 50% of its 1200px" in p for p in problems)
+    assert "no page shows a picture ending gone.png (legible=)" in problems
 
 
 @pytest.mark.skipif(chromium() is None, reason="needs Debian's chromium (apt-get install chromium)")

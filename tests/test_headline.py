@@ -148,8 +148,8 @@ def test_the_boards_best_is_placed_by_the_boards_own_ranking_references_included
     assert "at rank =2 with otb (as many rows beyond each of them)" in oppo
     # a best the board ranks level with GRPO is first by its point estimate only
     level = credit_block(Best("drgrpo", "=2", ["otb", "grpo"]))
-    assert "drgrpo, the board's best method besides the references by its point estimate, " in level
-    assert "level with GRPO: rank =2 with otb, grpo (as many" in level
+    assert "drgrpo, first, by its point estimate, of the methods the board ranks level" in level
+    assert "GRPO: rank =2 with otb, grpo (as many" in level
     assert "--methods grpo,oracle,vineppo,oppo" in oppo
 
 

@@ -106,13 +106,18 @@ def test_render_writes_every_file_with_the_methods_and_one_row_per_run(results, 
 def test_a_rerender_removes_the_figures_it_no_longer_draws_and_nothing_else(results, tmp_path):
     out = tmp_path / "board"
     render(results, out, reps=100)
+    page = out / "leaderboard.md"
+    # an earlier render showed two figures this one does not draw
     stale = [out / "curves-chain-steps-99.png", out / "gain_vs_length.png"]
-    kept = [out / "photo.png", out / "curves.png"]  # not a name the board draws
-    for path in stale + kept:
+    page.write_text(page.read_text() + "".join(f"\n![old]({p.name})\n" for p in stale))
+    # the user's own pictures, two of them named as a board names its figures
+    kept = [out / "photo.png", out / "curves.png", out / "credit_vs_gain-mine.png"]
+    unshown = out / "multiples-chain-steps-7.png"  # a board's name, but no page showed it
+    for path in [*stale, *kept, unshown]:
         path.write_bytes(b"old")
     paths = render(results, out, reps=100)
     assert not any(path.exists() for path in stale)
-    assert all(path.read_bytes() == b"old" for path in kept)
+    assert all(path.read_bytes() == b"old" for path in [*kept, unshown])
     assert paths["curves-chain-steps-4"].stat().st_size > 3
 
 

@@ -211,6 +211,33 @@ def test_a_rank_counts_the_rows_beyond_by_both_intervals():
     assert list(out["method"]) == ["a", "b", "boot_only", "c", "grpo", "t_only", "d", "e"]
 
 
+def test_some_rows_of_a_board_keep_the_boards_order():
+    """GRPO counts among the rows beyond others: ranking the rows without it could reorder
+    them, so the forest and the verdict read the board's ranking and leave GRPO out after."""
+    from creditbench.leaderboard.gains import ranked_without
+
+    frame = pd.DataFrame(
+        [
+            {"method": "grpo", "gain_auc": math.nan},
+            _gain_row("narrow", -0.02, -0.04, -0.005),  # GRPO is beyond it
+            _gain_row("wide", -0.03, -0.08, 0.02),  # nothing is beyond it
+        ]
+    )
+    assert list(ranked_without(frame, ["grpo"])["method"]) == ["wide", "narrow"]
+    assert list(ranked(frame[frame["method"] != "grpo"])["method"]) == ["narrow", "wide"]
+
+
+def test_a_row_missing_a_bound_keeps_its_point_inside_its_span():
+    frame = pd.DataFrame(
+        [
+            _gain_row("half", 0.05, 0.01, math.nan, math.nan, math.nan),  # only a lower bound
+            _gain_row("b", 0.03, 0.02, 0.04),
+        ]
+    )
+    ranks = dict(zip(ranked(frame)["method"], ranked(frame)["rank"], strict=True))
+    assert ranks == {"half": 1, "b": 1}  # b's 0.02 is not beyond half's point 0.05
+
+
 def test_the_ranking_lists_rows_in_rank_order_when_a_wide_interval_joins_the_leader():
     frame = pd.DataFrame(
         [
@@ -222,7 +249,9 @@ def test_the_ranking_lists_rows_in_rank_order_when_a_wide_interval_joins_the_lea
     out = ranked(frame)
     # nothing lies beyond "wide", so it shares the leader's rank; "a" lies beyond "narrow"
     assert list(zip(out["method"], out["rank"], strict=True)) == [
-        ("a", 1), ("wide", 1), ("narrow", 2)
+        ("a", 1),
+        ("wide", 1),
+        ("narrow", 2),
     ]
 
 

@@ -83,7 +83,6 @@ def run_suite(
     )
     from creditbench.harness.training.trainer import Trainer
     from creditbench.tools.bench_plan import (
-        COMMITTED_RECORDS,
         default_timings,
         describe_plan,
         estimate_seconds,
@@ -144,7 +143,7 @@ def run_suite(
             shown = minutes_text(estimates.get(run.name))
             print(f"  [{state:>6}] {shown}  {run.name}")
         print(describe_plan(pending, estimates, workers))
-        where = ", ".join(map(str, timings)) or f"none: no --timings, no {COMMITTED_RECORDS} here"
+        where = ", ".join(map(str, timings)) or "none: no --timings, no committed runs.csv"
         print(f"measured times: {results_dir} and the timings sources ({where})")
         return 0
     # One bench a results folder: a second one would count the first's runs in progress as

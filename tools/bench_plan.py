@@ -5,8 +5,9 @@ A campaign of hundreds of runs is planned before it is launched (``creditbench b
 idle. The figures come from finished runs' records (``wall_seconds`` in the leaderboard's
 table): the results folder's own and any ``--timings`` sources (folders or committed
 ``runs.csv``), read by :func:`creditbench.leaderboard.collect.collect_runs`. Without
-``--timings``, a checkout of the repository plans from the leaderboard campaign's committed
-records (:data:`COMMITTED_RECORDS`, as ``creditbench reproduce`` reads them).
+``--timings``, a package run from a checkout of the repository plans from the leaderboard
+campaign's committed records (:data:`COMMITTED_RECORDS`, as ``creditbench reproduce`` reads
+them), whatever the working directory.
 
 A run's estimate is, in order of preference:
 
@@ -33,15 +34,18 @@ from pathlib import Path
 from typing import Any
 
 BASELINE = "grpo"  # the unit of the ratios: the method every setting measures first
-# The leaderboard campaign's committed records, relative to a checkout of the repository: the
-# measured times a plan falls back on, and the records `creditbench reproduce` reads first.
-COMMITTED_RECORDS = Path("docs/results/standard")
+# The leaderboard campaign's committed records in the checkout this package runs from (an
+# installed wheel has none): the measured times a plan falls back on, and the records
+# `creditbench reproduce` reads first.
+COMMITTED_RECORDS = Path(__file__).resolve().parents[1] / "docs" / "results" / "standard"
 
 
 def default_timings() -> list[Path]:
     """The timing sources when none are given: the committed records' table, where it exists."""
     table = COMMITTED_RECORDS / "runs.csv"
     return [table] if table.is_file() else []
+
+
 _SEED = re.compile(r"-s\d+$")
 
 

@@ -225,7 +225,8 @@ def _headline(frame: pd.DataFrame, records: str | Path, board: str) -> str:
     return "\n".join(
         [
             START,
-            f"![AUC gain over GRPO per method, hard setting, 95% intervals, best first]({figure})",
+            "![AUC gain over GRPO per method, hard setting, best first; 95% intervals, thick: "
+            f"bootstrap, thin: t]({figure})",
             "",
             f"The hard setting of the frozen protocol, {n_methods} methods, "
             + ("one seed each" if seeds == 1 else f"up to {seeds} seeds each")

@@ -193,11 +193,15 @@ def slug(key) -> str:
 
 
 def _draw_gains(ax, rows: pd.DataFrame, column: str, style, *, linewidth, markersize) -> None:
-    """One row per method, bottom-up: ``column``'s 95% interval and point, oracle credit (the
-    reference) grey and hollow, and the zero line."""
+    """One row per method, bottom-up: ``column``'s 95% bootstrap interval (thick), its t
+    interval (thin, where the rows have one: the rank and the claim rule read both) and point,
+    oracle credit (the reference) grey and hollow, and the zero line."""
     for i, row in enumerate(rows.to_dict("records")):
         oracle = row["method"] == ORACLE
         color = "0.45" if oracle else style[row["method"]]["color"]
+        if f"{column}_t_low" in row:
+            ax.plot([row[f"{column}_t_low"], row[f"{column}_t_high"]], [i, i], color=color,
+                    linewidth=1.0, alpha=0.8)  # fmt: skip
         ax.plot([row[f"{column}_low"], row[f"{column}_high"]], [i, i], color=color,
                 linewidth=linewidth, alpha=0.6)  # fmt: skip
         face = "white" if oracle else color
@@ -206,7 +210,11 @@ def _draw_gains(ax, rows: pd.DataFrame, column: str, style, *, linewidth, marker
 
 
 # what the forest draws per method, best first; stored in its PNG (:func:`drawn_numbers`)
-FOREST_COLUMNS = [f"gain_{name}{end}" for name in ("auc", "final") for end in ("", "_low", "_high")]
+FOREST_COLUMNS = [
+    f"gain_{name}{end}"
+    for name in ("auc", "final")
+    for end in ("", "_low", "_high", "_t_low", "_t_high")
+]
 
 
 def gain_forest(frame: pd.DataFrame) -> bytes | None:

@@ -159,6 +159,7 @@ def build_blocks(
         )
     )
     spread = ", 95% intervals" if intervals else " (one seed: points)"
+    forest = ", 95% intervals (thick: bootstrap, thin: t)" if intervals else spread
     blocks += [("p", sentence) for sentence in coverage]
     for key, frame in ordered_groups(methods):
         name = plots.slug(key)
@@ -166,7 +167,7 @@ def build_blocks(
         blocks.append(("h2", plots.group_title(key)))
         blocks.append(("p", setting_verdict(frame)))
         if f"gain_forest-{name}" in figures:
-            blocks.append(("img", f"gain_forest-{name}", f"Gain over GRPO per method{spread}"))
+            blocks.append(("img", f"gain_forest-{name}", f"Gain over GRPO per method{forest}"))
         blocks.append(("table", *accuracy_table(frame)))
         blocks.append(
             (

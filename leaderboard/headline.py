@@ -38,6 +38,7 @@ SEED_METHOD = "oppo"  # the self-oracle the project's seed papers start from
 SPARE = "vineppo"  # stands in for the board's best before there is one, or when it is OPPO
 PICTURE = "results/credit/few"  # the credit picture's folder, relative to the page
 TASK, LABEL = "chain", "hard"  # the standard suite's hard setting (tools/suites/standard.yaml)
+EASY = "easy"  # its easy setting: a sentence after the hard one's
 
 
 class HeadlineError(ValueError):
@@ -71,13 +72,33 @@ def _positions(frame: pd.DataFrame) -> str:
 def hard_board(records: str | Path, *, reps: int = 2000) -> pd.DataFrame:
     """The board's per-method rows of the hard setting (:func:`.board.summarize`), from the
     records (a ``runs.csv`` or a folder)."""
+    frame = setting_board(records, LABEL, reps=reps)
+    if frame is None:
+        raise HeadlineError(f"{records}: no finished run of the {LABEL} setting")
+    return frame
+
+
+def setting_board(records: str | Path, label: str, *, reps: int = 2000) -> pd.DataFrame | None:
+    """The board's per-method rows of the setting ``label``; None without a finished run."""
     from .collect import collect_runs
 
     table, _ = collect_runs([records])
-    hard = setting_rows(table)
-    if hard.empty or not (hard["kind"] == "run").any():
-        raise HeadlineError(f"{records}: no finished run of the {LABEL} setting")
-    return summarize(hard, reps=reps)["methods"]
+    rows = setting_rows(table, label)
+    if rows.empty or not (rows["kind"] == "run").any():
+        return None
+    return summarize(rows, reps=reps)["methods"]
+
+
+def easy_sentence(frame: pd.DataFrame | None) -> str:
+    """The easy setting in a few sentences after the hard one's: its verdict and positions;
+    empty before GRPO's easy runs."""
+    if frame is None or BASELINE not in set(frame["method"]):
+        return ""
+    n_methods, seeds = frame["method"].nunique(), int(frame["n_seeds"].max())
+    return (
+        f" In the easy setting ({n_methods} methods so far, up to {seeds} seeds each): "
+        f"{setting_verdict(frame)} {_positions(frame)}"
+    )
 
 
 class Best(NamedTuple):
@@ -193,7 +214,8 @@ def home_blocks(records: str | Path, board: str = "results/standard", *, reps: i
     frame = hard_board(records, reps=reps)
     best = board_best(frame)
     methods = credit_methods(best.method if best else None)
-    return Home(_headline(frame, records, board), credit_block(best), methods)
+    easy = setting_board(records, EASY, reps=reps)
+    return Home(_headline(frame, records, board, easy), credit_block(best), methods)
 
 
 def headline_block(
@@ -201,10 +223,13 @@ def headline_block(
 ) -> str:
     """The Markdown between the markers, from the records (a ``runs.csv`` or a folder);
     ``board`` is the board's folder relative to the page, where its figure lies."""
-    return _headline(hard_board(records, reps=reps), records, board)
+    easy = setting_board(records, EASY, reps=reps)
+    return _headline(hard_board(records, reps=reps), records, board, easy)
 
 
-def _headline(frame: pd.DataFrame, records: str | Path, board: str) -> str:
+def _headline(
+    frame: pd.DataFrame, records: str | Path, board: str, easy: pd.DataFrame | None = None
+) -> str:
     keys = frame[["task", "options", "setting"]].drop_duplicates()
     if len(keys) != 1:
         raise HeadlineError(f"{records}: the {LABEL} setting's runs differ in their settings")
@@ -230,7 +255,7 @@ def _headline(frame: pd.DataFrame, records: str | Path, board: str) -> str:
             "",
             f"The hard setting of the frozen protocol, {n_methods} methods, "
             + ("one seed each" if seeds == 1 else f"up to {seeds} seeds each")
-            + f". {setting_verdict(frame)} {_positions(frame)}",
+            + f". {setting_verdict(frame)} {_positions(frame)}{easy_sentence(easy)}",
             END,
         ]
     )

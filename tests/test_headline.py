@@ -58,6 +58,18 @@ def test_the_block_shows_the_boards_figure_the_verdict_and_the_positions(tmp_pat
     assert "Oracle credit, the reference, is ahead of GRPO" in block
     # dapo gains 0.1 where the oracle gains 0.3 at every seed: a third of the way
     assert "dapo +0.33 [+0.33, +0.33]" in block
+    # the easy setting has RLOO alone, no GRPO: no sentence about it yet
+    assert "easy setting" not in block
+    both = tmp_path / "both"
+    for seed in range(5):
+        for method in ("grpo", "oracle", "dapo"):
+            make_run(both, f"{HARD}-{method}-s{seed}", method, seed)
+            make_run(both, f"chain-easy-steps=8-{method}-s{seed}", method, seed, steps=8)
+    render(both, reps=200)
+    block = headline_block(both / "runs.csv", board=str(both), reps=200)
+    easy = block.split("In the easy setting (3 methods so far, up to 5 seeds each): ", 1)[1]
+    assert "Ahead of GRPO in AUC (both 95% intervals above zero): dapo (+0.050" in easy
+    assert "Oracle credit, the reference, is ahead of GRPO" in easy and "dapo +0.33" in easy
 
 
 def test_rewrite_replaces_only_the_marked_block():

@@ -90,13 +90,13 @@ def setting_board(records: str | Path, label: str, *, reps: int = 2000) -> pd.Da
 
 
 def easy_sentence(frame: pd.DataFrame | None) -> str:
-    """The easy setting in a few sentences after the hard one's: its verdict and positions;
-    empty before GRPO's easy runs."""
+    """The easy setting in a paragraph after the hard one's: its verdict and positions; empty
+    before GRPO's easy runs."""
     if frame is None or BASELINE not in set(frame["method"]):
         return ""
     n_methods, seeds = frame["method"].nunique(), int(frame["n_seeds"].max())
     return (
-        f" In the easy setting ({n_methods} methods so far, up to {seeds} seeds each): "
+        f"\n\nIn the easy setting ({n_methods} methods so far, up to {seeds} seeds each): "
         f"{setting_verdict(frame)} {_positions(frame)}"
     )
 

@@ -101,10 +101,20 @@ restore() {  # the committed records into the results folder (the bench skips fi
   done
 }
 
+seed_cache() {  # the package's teachers into the cache: a pinned clone older than one finds it there
+  local cache=${CREDITBENCH_CACHE:-$HOME/.cache/creditbench} entry
+  mkdir -p "$cache/teacher"
+  for entry in "$REPO"/harness/assets/teacher/*/; do
+    entry=${entry%/}
+    [ -e "$cache/teacher/${entry##*/}" ] || cp -r "$entry" "$cache/teacher/"
+  done
+}
+
 campaign() {
   local line m
   for line in "${PINS[@]}"; do checkout "${line%% *}"; done
   restore
+  seed_cache
   every_pin 0-4 "$EASY" "${FIRST[@]}"
   easy_5_9 "$(IFS=,; echo "${FIRST[*]}")"
   every_pin 0-9 "$HARD"

@@ -51,9 +51,10 @@ def test_the_shipped_boards_train_on_the_frozen_protocol():
         assert {k: settings.get(k) for k in training} == {k: protocol[k] for k in training}, name
 
 
-def test_the_shipped_suites_base_policies_ship_with_the_package(tmp_path, monkeypatch):
+def test_the_shipped_suites_base_policies_and_teachers_ship_with_the_package(tmp_path, monkeypatch):
     """Every setting of the quick and standard suites starts from a base policy the package
-    carries: a fresh machine runs them without training one (which would take an hour)."""
+    carries, and OPPO's teacher for it ships too: a fresh machine runs them without training
+    one (an hour or more on two cores)."""
     from creditbench.harness.models import bootstrap
     from creditbench.harness.models.policy_cache import ASSETS_DIR
 
@@ -72,6 +73,11 @@ def test_the_shipped_suites_base_policies_ship_with_the_package(tmp_path, monkey
                 config.task, config.task_options, config, tmp_path / "cache", progress=False
             )
             assert base.parent.parent == ASSETS_DIR, (name, options)
+            # OPPO's teacher rows (the claims' own rows) run in these settings too
+            teacher = bootstrap.ensure_teacher_policy(
+                config.task, config.task_options, config, tmp_path / "cache", progress=False
+            )
+            assert teacher.parent == ASSETS_DIR / "teacher", (name, options)
     assert len(settings) == 2  # the standard suite: the easy and the hard setting
 
 

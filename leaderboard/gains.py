@@ -25,9 +25,9 @@ report and their prose all read gains, claims, positions and ranks from here:
   rows, and with fewer pairs the t interval is wide; with one seed a row has no interval and
   its point stands for it, so only ties (to 1e-6) share a rank. Rows of one rank share it
   (``=2``); ranks need not be consecutive (1, 1, 2: the third row has one row beyond it, the
-  second none). Rows are listed by rank, then by
-  point estimate: a method with a wide interval can share the leader's rank while one with a
-  higher point but a narrow interval below the leader's does not.
+  second none). Rows are listed by rank, then by point estimate: a method with a wide interval
+  can share the leader's rank while one with a higher point but a narrow interval below the
+  leader's does not.
 """
 
 from __future__ import annotations

@@ -72,17 +72,26 @@ def _positions(frame: pd.DataFrame) -> str:
 def hard_board(records: str | Path, *, reps: int = 2000) -> pd.DataFrame:
     """The board's per-method rows of the hard setting (:func:`.board.summarize`), from the
     records (a ``runs.csv`` or a folder)."""
-    frame = setting_board(records, LABEL, reps=reps)
+    return _hard(_table(records), records, reps)
+
+
+def _table(records: str | Path) -> pd.DataFrame:
+    """The runs' table of the records (:func:`.collect.collect_runs`), read once per page."""
+    from .collect import collect_runs
+
+    return collect_runs([records])[0]
+
+
+def _hard(table: pd.DataFrame, records: str | Path, reps: int) -> pd.DataFrame:
+    frame = setting_board(table, LABEL, reps=reps)
     if frame is None:
         raise HeadlineError(f"{records}: no finished run of the {LABEL} setting")
     return frame
 
 
-def setting_board(records: str | Path, label: str, *, reps: int = 2000) -> pd.DataFrame | None:
-    """The board's per-method rows of the setting ``label``; None without a finished run."""
-    from .collect import collect_runs
-
-    table, _ = collect_runs([records])
+def setting_board(table: pd.DataFrame, label: str, *, reps: int = 2000) -> pd.DataFrame | None:
+    """The board's per-method rows of the setting ``label`` of the runs' ``table``; None
+    without a finished run."""
     rows = setting_rows(table, label)
     if rows.empty or not (rows["kind"] == "run").any():
         return None
@@ -210,11 +219,13 @@ class Home(NamedTuple):
 
 
 def home_blocks(records: str | Path, board: str = "results/standard", *, reps: int = 2000) -> Home:
-    """The home page's two blocks, from one computation of the board."""
-    frame = hard_board(records, reps=reps)
+    """The home page's two blocks, from one reading of the records and one computation of
+    each setting's board."""
+    table = _table(records)
+    frame = _hard(table, records, reps)
     best = board_best(frame)
     methods = credit_methods(best.method if best else None)
-    easy = setting_board(records, EASY, reps=reps)
+    easy = setting_board(table, EASY, reps=reps)
     return Home(_headline(frame, records, board, easy), credit_block(best), methods)
 
 
@@ -223,8 +234,7 @@ def headline_block(
 ) -> str:
     """The Markdown between the markers, from the records (a ``runs.csv`` or a folder);
     ``board`` is the board's folder relative to the page, where its figure lies."""
-    easy = setting_board(records, EASY, reps=reps)
-    return _headline(hard_board(records, reps=reps), records, board, easy)
+    return home_blocks(records, board, reps=reps).headline
 
 
 def _headline(

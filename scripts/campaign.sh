@@ -128,16 +128,21 @@ campaign() {
   echo "=== $(date -u +%FT%TZ) campaign done"
 }
 
+copy_run() {  # copy_run RUN DEST [NOTE]: a finished run's records into DEST, named with its commit
+  local run=$1 dest=$2/${1##*/} sha
+  mkdir -p "$dest"
+  cp "$run"/{config.yaml,environment.json,metrics.jsonl,summary.json} "$dest/"
+  sha=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['git_commit'][:7])" \
+    "$run/environment.json")
+  echo "new: ${run##*/} $sha${3:+ ($3)}"
+}
+
 sync_board() {  # finished runs into the repository; then the board, the claims, the home page
-  local run sha
+  local run
   for run in "$WORK"/results/chain-*/; do
     run=${run%/}
     [ -f "$run/summary.json" ] && [ ! -e "$STANDARD/${run##*/}" ] || continue
-    mkdir "$STANDARD/${run##*/}"
-    cp "$run"/{config.yaml,environment.json,metrics.jsonl,summary.json} "$STANDARD/${run##*/}/"
-    sha=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['git_commit'][:7])" \
-      "$run/environment.json")
-    echo "new: ${run##*/} $sha"
+    copy_run "$run" "$STANDARD"
   done
   # the claims' own rows (variants the suite does not run), beside the board, never in it
   for run in "$WORK"/claims-*/chain-*/; do
@@ -145,11 +150,7 @@ sync_board() {  # finished runs into the repository; then the board, the claims,
     run=${run%/}
     [ -f "$run/summary.json" ] && [ ! -e "$STANDARD/${run##*/}" ] && [ ! -e "$WORK/results/${run##*/}" ] \
       && [ ! -e "$CLAIMS_ROWS/${run##*/}" ] || continue
-    mkdir -p "$CLAIMS_ROWS/${run##*/}"
-    cp "$run"/{config.yaml,environment.json,metrics.jsonl,summary.json} "$CLAIMS_ROWS/${run##*/}/"
-    sha=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['git_commit'][:7])" \
-      "$run/environment.json")
-    echo "new: ${run##*/} $sha (claims' row)"
+    copy_run "$run" "$CLAIMS_ROWS" "claims' row"
   done
   cd "$REPO"
   creditbench leaderboard docs/results/standard >/dev/null

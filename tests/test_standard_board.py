@@ -12,6 +12,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from creditbench.tools.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,6 +114,30 @@ def test_each_methods_committed_runs_come_from_one_clean_commit() -> None:
     assert (commits == 1).all(), f"methods run from several commits: {commits[commits > 1]}"
     folders = {p.name for p in STANDARD.iterdir() if (p / "summary.json").is_file()}
     assert folders == set(runs["run"]), "runs.csv lists exactly the committed run folders"
+
+
+def test_each_methods_replay_fixture_is_the_one_its_committed_runs_were_made_with() -> None:
+    """A change that alters a method's replay fixture (its advantages on the recorded batches)
+    invalidates its committed runs: they would no longer be this code's numbers. The fixture at
+    the runs' commit must equal the checkout's, until the method is re-run and pinned anew."""
+    import subprocess
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+    if git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout: the runs' commits cannot be read")
+    changed = []
+    for method, commit in committed_runs().groupby("method")["commit"].first().items():
+        fixture = f"tests/replay_fixtures/{method}.jsonl"
+        then = git("show", f"{commit}:{fixture}")
+        assert then.returncode == 0, f"{method}: no {fixture} at its runs' commit {commit}"
+        if then.stdout != (ROOT / fixture).read_text():
+            changed.append(f"{method} (runs at {str(commit)[:7]})")
+    assert not changed, (
+        f"replay fixtures changed since the committed runs: {', '.join(changed)}; re-run these "
+        "methods at the new commit (scripts/campaign.sh PINS) or undo the change"
+    )
 
 
 def test_the_campaign_script_pins_every_builtin_method_once_at_its_runs_commit() -> None:

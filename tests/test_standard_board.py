@@ -104,6 +104,23 @@ def committed_runs():
     return runs[runs["kind"] == "run"]
 
 
+def registered_method_commits() -> set[tuple[str, str]]:
+    """``(registered method, commit)`` of every committed run: the board's and the claims' own
+    rows (a claims row such as ``oppo_teacher`` runs a registered method with options)."""
+    import pandas as pd
+    import yaml
+
+    pairs = set()
+    for folder in (STANDARD, ROOT / "docs" / "results" / "claims-rows"):
+        if not (folder / "runs.csv").is_file():
+            continue
+        runs = pd.read_csv(folder / "runs.csv")
+        for run, commit in runs[runs["kind"] == "run"][["run", "commit"]].itertuples(index=False):
+            config = yaml.safe_load((folder / run / "config.yaml").read_text())
+            pairs.add((config["method"], str(commit)))
+    return pairs
+
+
 def test_each_methods_committed_runs_come_from_one_clean_commit() -> None:
     """The campaign's rule: every run of a method comes from one pinned clean clone, whose
     commit each run records (a fixture change re-runs the method from a new one)."""
@@ -128,7 +145,7 @@ def test_each_methods_replay_fixture_is_the_one_its_committed_runs_were_made_wit
     if git("rev-parse", "--git-dir").returncode != 0:
         pytest.skip("not a git checkout: the runs' commits cannot be read")
     changed = []
-    for method, commit in committed_runs().groupby("method")["commit"].first().items():
+    for method, commit in sorted(registered_method_commits()):
         fixture = f"tests/replay_fixtures/{method}.jsonl"
         then = git("show", f"{commit}:{fixture}")
         assert then.returncode == 0, f"{method}: no {fixture} at its runs' commit {commit}"

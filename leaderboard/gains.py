@@ -27,7 +27,11 @@ report and their prose all read gains, claims, positions and ranks from here:
   (``=2``); ranks need not be consecutive (1, 1, 2: the third row has one row beyond it, the
   second none). Rows are listed by rank, then by point estimate: a method with a wide interval
   can share the leader's rank while one with a higher point but a narrow interval below the
-  leader's does not.
+  leader's does not. On a board where some method has at least five pairs, a row with fewer
+  (a method whose seeds are still running, a newcomer's first seeds) is not ranked: it is
+  listed after the ranked rows, by point estimate, its rank ``n/a (n<5)``, since its wide t
+  interval would leave no row beyond it and put it first. A board of few seeds throughout
+  (the quick suite's one) ranks every row as above.
 """
 
 from __future__ import annotations
@@ -167,18 +171,39 @@ def ranked(frame: pd.DataFrame, column: str = "gain_auc") -> pd.DataFrame:
         ]
         return point, min(bounds), max(bounds)
 
+    def pairs(i) -> int:
+        """Row ``i``'s seed pairs with GRPO (GRPO's own: its seeds)."""
+        name = f"{column}_pairs"
+        value = frame.at[i, name] if name in frame and frame.at[i, "method"] != BASELINE else None
+        if value is None or not math.isfinite(float(value)):
+            value = frame.at[i, "n_seeds"] if "n_seeds" in frame else 1
+        return int(value)
+
     # rounded to 1e-6: accuracies are recorded in float32 by some runs and exactly by others
     # (about 1e-8 apart), and a board shows three decimals; gains equal to 1e-6 are a tie
     spans = {i: tuple(round(x, 6) for x in span(i)) for i in frame.index}
     known = [i for i in frame.index if math.isfinite(spans[i][0])]
+    # on a board where some method has the pairs of a claim, a row with fewer is not ranked:
+    # its wide interval would leave no row beyond it and rank it first (module doc)
+    claimable = [i for i in known if pairs(i) >= MIN_PAIRS_FOR_A_CLAIM]
+    if any(frame.at[i, "method"] != BASELINE for i in claimable):
+        few = [i for i in known if i not in claimable]
+        few.sort(key=lambda i: (-spans[i][0], frame.at[i, "method"]))
+        known = claimable
+    else:
+        few = []
     out = frame.copy()
     out["rank"], out["rank_shared"] = math.nan, False
+    out["rank_missing"] = ""
     for i in known:
         out.at[i, "rank"] = 1 + sum(spans[j][1] > spans[i][2] for j in known)
     for i in known:
         out.at[i, "rank_shared"] = int((out.loc[known, "rank"] == out.at[i, "rank"]).sum()) > 1
+    for i in few:
+        out.at[i, "rank_missing"] = f"n<{MIN_PAIRS_FOR_A_CLAIM}"
     order = sorted(known, key=lambda i: (out.at[i, "rank"], -spans[i][0], frame.at[i, "method"]))
-    return out.loc[order + [i for i in frame.index if i not in known]]
+    rest = [i for i in frame.index if i not in known and i not in few]
+    return out.loc[order + few + rest]
 
 
 def ranked_without(frame: pd.DataFrame, leave_out, column: str = "gain_auc") -> pd.DataFrame:

@@ -38,7 +38,8 @@ def fmt_interval(row, column: str, n: int, *, sign: bool = False) -> str:
 def fmt_rank(row) -> str:
     rank = row.get("rank")
     if missing(rank):
-        return "n/a"
+        reason = row.get("rank_missing")
+        return f"n/a ({reason})" if isinstance(reason, str) and reason else "n/a"
     return f"={int(rank)}" if row.get("rank_shared") else str(int(rank))
 
 

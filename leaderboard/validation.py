@@ -372,6 +372,7 @@ def _markdown(rows: pd.DataFrame, warnings: list[str]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     mark = lambda ahead, behind: " *" if ahead else (" †" if behind else "")  # noqa: E731
+
     def gap(r, name: str) -> str:  # the gain, its bootstrap and t intervals, k of n ahead
         get = lambda key: getattr(r, f"{name}_{key}")  # noqa: E731
         return (

@@ -75,9 +75,7 @@ def setting_verdict(frame: pd.DataFrame) -> str:
         behind = others[_flag(others, "gain_auc_reversed")]
         level = len(others) - len(ahead) - len(behind)
         if len(ahead):
-            parts.append(
-                f"Ahead of GRPO in AUC (both 95% intervals above zero): {_names(ahead)}."
-            )
+            parts.append(f"Ahead of GRPO in AUC (both 95% intervals above zero): {_names(ahead)}.")
         else:
             parts.append("No method is ahead of GRPO in AUC beyond both its 95% intervals.")
         if len(behind):

@@ -255,6 +255,37 @@ def test_the_ranking_lists_rows_in_rank_order_when_a_wide_interval_joins_the_lea
     ]
 
 
+def test_a_row_with_fewer_seeds_than_a_claim_is_listed_unranked_on_a_board_of_claims():
+    """A method whose seeds are still running (or a newcomer's first seeds) has a wide t
+    interval, so no row lies beyond it: ranked, it would come first. On a board where methods
+    have the pairs of a claim it is listed after them, unranked; a board of few seeds
+    throughout ranks every row."""
+    from creditbench.leaderboard.tables import fmt_rank
+
+    def with_pairs(row, pairs):
+        return {**row, "gain_auc_pairs": pairs, "n_seeds": pairs}
+
+    frame = pd.DataFrame(
+        [
+            {"method": "grpo", "gain_auc": math.nan, "n_seeds": 10},
+            with_pairs(_gain_row("a", 0.02, 0.01, 0.03), 10),
+            with_pairs(_gain_row("early", -0.03, -0.06, 0.01, -0.20, 0.14), 3),
+            with_pairs(_gain_row("behind", -0.05, -0.07, -0.03), 10),
+            with_pairs(_gain_row("early_low", -0.08, -0.12, -0.04, -0.30, 0.14), 2),
+        ]
+    )
+    out = ranked(frame)
+    assert list(out["method"]) == ["a", "grpo", "behind", "early", "early_low"]
+    ranks = dict(zip(out["method"], out["rank"], strict=True))
+    assert (ranks["a"], ranks["grpo"], ranks["behind"]) == (1, 2, 3)
+    assert math.isnan(ranks["early"]) and math.isnan(ranks["early_low"])
+    assert fmt_rank(out.iloc[3]) == "n/a (n<5)"
+    # the same rows at three pairs each: no method has a claim's pairs, so every row ranks
+    few = frame.assign(gain_auc_pairs=3, n_seeds=3)
+    assert ranked(few)["rank"].notna().all()
+    assert ranked(few)["method"].iloc[0] in ("a", "early")
+
+
 def test_gains_equal_but_for_float_rounding_share_a_rank():
     # one seed each: only ties share a rank; an accuracy kept in float32 (0.6349999904632568)
     # and the same one kept exactly (0.635) are a tie, a gap of 1e-4 is not

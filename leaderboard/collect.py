@@ -49,7 +49,7 @@ import os
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -431,18 +431,29 @@ def collect_runs(sources: str | Path | Iterable[str | Path]) -> tuple[pd.DataFra
     return table[front + rest], warnings
 
 
-def read_suite_manifest(path: str | Path) -> tuple[str, list[tuple[str, str]]] | None:
-    """``(suite name, [(run name, setting)])`` of a suite manifest (``suite-<name>.json``,
-    written by ``creditbench bench``); None when it cannot be read."""
+class SuiteManifest(NamedTuple):
+    """A suite manifest (``suite-<name>.json``): the suite's name, its runs as ``(run name,
+    setting)`` and, where a campaign runs only part of the suite by a rule, the rule (``plan``,
+    said with the coverage)."""
+
+    name: str
+    runs: list[tuple[str, str]]
+    plan: str | None = None
+
+
+def read_suite_manifest(path: str | Path) -> SuiteManifest | None:
+    """A suite manifest (written by ``creditbench bench``, or by a campaign's plan); None when
+    it cannot be read."""
     try:
         manifest = json.loads(Path(path).read_text(encoding="utf-8"))
         runs = [(str(r["name"]), str(r["setting"])) for r in manifest["runs"]]
-        return str(manifest["suite"]), runs
-    except (OSError, ValueError, KeyError, TypeError):
+        plan = manifest.get("plan")
+        return SuiteManifest(str(manifest["suite"]), runs, str(plan) if plan else None)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _manifests(results_dir: str | Path) -> list[tuple[Path, tuple[str, list] | None]]:
+def _manifests(results_dir: str | Path) -> list[tuple[Path, SuiteManifest | None]]:
     paths = sorted(Path(results_dir).glob("suite-*.json"))
     return [(path, read_suite_manifest(path)) for path in paths]
 
@@ -476,7 +487,9 @@ def suite_coverage(
         if found is None:
             sentences.append(f"{path.name}: unreadable suite manifest, coverage unknown.")
             continue
-        name, runs = found
+        name, runs, plan = found
+        if plan:
+            name = f"{name} ({plan})"
         done = sum(run in finished for run, _ in runs)
         if done == len(runs):
             sentences.append(f"Suite {name}: all {len(runs)} runs finished.")

@@ -2,12 +2,19 @@
 setting's seeds 5-9", applied to the records of easy seeds 0-4.
 
     python scripts/easy_seeds.py RECORDS [--methods all|NAME,NAME,...]
+    python scripts/easy_seeds.py RECORDS --manifest SUITE_MANIFEST
 
 Prints one method a line: GRPO and the oracle, then every method whose easy AUC gain over GRPO
 at seeds 0-4 the claim rule leaves undecided (its bootstrap or its t interval contains 0).
 RECORDS is a results folder or a committed ``runs.csv``. Exit 2, printing nothing, while a
 method of ``--methods`` (default: every registered method and the oracle) lacks one of its
 easy seeds 0-4: the rule reads all of them at once.
+
+``--manifest`` prints the campaign's plan as a suite manifest (JSON): the runs of the suite's
+manifest (``suite-standard.json``, every seed of every setting) less the easy seeds 5-9 of the
+rows the rule has not chosen, a row being chosen once its easy seeds 0-4 are in (GRPO's and the
+oracle's from the start). The board's coverage sentence counts against it, so a finished
+campaign reads as finished.
 """
 
 from __future__ import annotations
@@ -49,19 +56,65 @@ def easy_seeds(records: str, methods: Sequence[str]) -> list[str]:
     return [BASELINE, ORACLE, *undecided(frame)]
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--methods"):
-        print("usage: python scripts/easy_seeds.py RECORDS [--methods all|A,B]", file=sys.stderr)
-        return 2
-    names = argv[2] if len(argv) == 3 else "all"
-    if names == "all":
-        from creditbench.methods.registry import list_methods
+PLAN = (
+    "the campaign's plan: hard seeds 0-9, easy seeds 0-4, easy seeds 5-9 of GRPO, the oracle "
+    "and the rows whose first five leave their verdict open (docs/testbed.md)"
+)
 
-        methods = sorted({*list_methods(), ORACLE})
-    else:
-        methods = [m for m in names.split(",") if m]
+
+def campaign_manifest(records: str, suite_manifest: str) -> dict:
+    """The suite manifest ``suite_manifest`` narrowed to the campaign's plan (module doc)."""
+    from creditbench.leaderboard.collect import read_suite_manifest
+
+    suite = read_suite_manifest(suite_manifest)
+    if suite is None:
+        raise ValueError(f"{suite_manifest}: not a readable suite manifest")
+    easy = [(name, setting) for name, setting in suite.runs if "-easy-" in f"-{setting}-"]
+    if not easy:
+        raise ValueError(f"{suite_manifest}: no run of an easy setting")
+    method_seed = {name: name[len(setting) + 1 :].rsplit("-s", 1) for name, setting in easy}
+    table, _ = collect_runs([records])
+    first = setting_rows(table, "easy")
+    first = first[(first["kind"] == "run") & first["seed"].isin(FIRST_SEEDS)]
+    counts = first["method"].value_counts()
+    complete = [m for m in {m for m, _ in method_seed.values()} if counts.get(m, 0) == 5]
+    chosen = {BASELINE, ORACLE}
+    if {BASELINE, ORACLE} <= set(complete):
+        chosen |= set(easy_seeds(records, sorted(complete)))
+    kept = [
+        {"name": name, "setting": setting}
+        for name, setting in suite.runs
+        if name not in method_seed
+        or int(method_seed[name][1]) in FIRST_SEEDS
+        or method_seed[name][0] in chosen
+    ]
+    return {"suite": suite.name, "plan": PLAN, "runs": kept}
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python scripts/easy_seeds.py")
+    parser.add_argument("records", help="a results folder or a committed runs.csv")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--methods", default="all", help="all, or NAME,NAME,...")
+    choice.add_argument("--manifest", help="the suite's manifest: print the campaign's plan")
     try:
-        chosen = easy_seeds(argv[0], methods)
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # bad arguments: argparse printed the usage line; exit 2
+        return int(stop.code or 0)
+    try:
+        if args.manifest:
+            print(json.dumps(campaign_manifest(args.records, args.manifest), indent=1))
+            return 0
+        if args.methods == "all":
+            from creditbench.methods.registry import list_methods
+
+            methods = sorted({*list_methods(), ORACLE})
+        else:
+            methods = [m for m in args.methods.split(",") if m]
+        chosen = easy_seeds(args.records, methods)
     except (OSError, ValueError) as err:
         print(f"easy_seeds: {err}", file=sys.stderr)
         return 2

@@ -285,7 +285,7 @@ def write_manifest(results_dir: Path, path: Path, runs: list[Run]) -> None:
     results_dir.mkdir(parents=True, exist_ok=True)
     target = results_dir / f"suite-{path.stem}.json"
     earlier = read_suite_manifest(target)  # none yet, or unreadable: this suite's runs replace it
-    listed = dict(earlier[1]) if earlier is not None else {}
+    listed = dict(earlier.runs) if earlier is not None else {}
     listed |= {r.name: r.label for r in runs}
     entries = [{"name": name, "setting": label} for name, label in listed.items()]
     manifest = {"suite": path.stem, "runs": entries}

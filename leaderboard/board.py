@@ -27,8 +27,6 @@ And per setting, method and budget fraction, the mean accuracy curve with its in
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -75,49 +73,6 @@ def _cost_ratios(group: pd.DataFrame, rows: dict[str, dict]) -> None:
             value = per_method.get(method, math.nan)
             ok = math.isfinite(value) and math.isfinite(base) and base > 0
             row[f"{name}_per_step_ratio"] = value / base if ok else math.nan
-
-
-STEP_COSTS = "step_costs.csv"  # written by scripts/step_costs.py beside a board's runs.csv
-
-
-def read_step_costs(folders: Iterable[str | Path]) -> pd.DataFrame:
-    """The side-by-side step costs (``step_costs.csv``) in the folders, one row a setting and
-    method (the first folder's where two give one); empty where none. A file that cannot be
-    read raises ValueError naming it."""
-    columns = [*GROUP, "method", "wall_per_step_ratio"]
-    frames = []
-    for folder in folders:
-        path = Path(folder) / STEP_COSTS
-        if not path.is_file():
-            continue
-        try:
-            frame = pd.read_csv(path, dtype={"options": str, "setting": str})[columns]
-        except (OSError, ValueError, KeyError) as err:
-            raise ValueError(f"{path}: not a step-costs table ({err})") from None
-        frames.append(frame.fillna({"options": ""}))
-    if not frames:
-        return pd.DataFrame(columns=columns)
-    return pd.concat(frames).drop_duplicates([*GROUP, "method"])
-
-
-def with_measured_costs(methods: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
-    """``methods`` (rows of :func:`summarize`) with the wall time a step over GRPO's taken from
-    ``costs`` (:func:`read_step_costs`) in every setting it measured: a method it lacks there
-    gets none (n/a), since a ratio of the runs' medians mixes machine loads. ``cost_measured``
-    says which settings' rows read it."""
-    out = methods.copy()
-    out["cost_measured"] = False
-    if costs.empty or out.empty:
-        return out
-    measured = {tuple(k): v for *k, v in costs[[*GROUP, "method", "wall_per_step_ratio"]].values}
-    settings = {key[:-1] for key in measured}
-    for i in out.index:
-        key = tuple(str(out.at[i, column]) for column in GROUP)
-        if key in settings:
-            out.at[i, "cost_measured"] = True
-            value = measured.get((*key, str(out.at[i, "method"])), math.nan)
-            out.at[i, "wall_per_step_ratio"] = float(value)
-    return out
 
 
 def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[str, pd.DataFrame]:

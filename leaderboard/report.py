@@ -39,7 +39,7 @@ import pandas as pd
 from creditbench.harness.records.files import RunFormatError, atomic_write_bytes, atomic_write_text
 
 from . import plots
-from .board import read_step_costs, summarize, with_measured_costs
+from .board import summarize
 from .collect import collect_runs, manifest_folders, suite_coverage, suite_names
 from .papers import reported_results
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups
@@ -71,12 +71,9 @@ HOW_TO_READ = (
     "method with more seeds than the oracle has its gain over all of them); n/a unless the "
     "oracle is ahead of GRPO by the same rule (a ratio to a gap "
     "noise could erase is noise). Cost: the FLOPs and the wall time of a step over GRPO's "
-    "(runs are matched on FLOPs, so a dearer step means fewer steps). The wall time is measured "
-    "side by side where the records have a step_costs.csv beside them (every method one step "
-    "in turn in one process, GRPO among them, the median of its rounds over GRPO's: "
-    "`python scripts/step_costs.py`; n/a for a method it did not measure); elsewhere it is the "
-    "runs' median training step, evaluations left out, median over seeds, on whatever machine "
-    "and load the runs met, which can move a ratio by 2x. Credit precision "
+    "(runs are matched on FLOPs, so a dearer step means fewer steps; the wall time is the "
+    "median training step, evaluations left out, median over seeds, on whatever machine and "
+    "load the runs met: a side-by-side measurement is `creditbench perf`'s). Credit precision "
     "is the share of a failed response's negative credit that falls on its first wrong step "
     "(chance: the share of tokens that are first-wrong-step tokens); credit AUROC ranks tokens by "
     "negative advantage against the first-wrong-step label (0.5: uniform credit), and its "
@@ -400,12 +397,6 @@ def render(
         atomic_write_text(out / "runs.csv", table.to_csv(index=False))
         return {"runs_csv": out / "runs.csv"}
     stats = summarize(table, reps=reps)
-    folders = manifest_folders(paths_in)
-    try:
-        costs = read_step_costs(folders)
-    except ValueError as err:
-        raise LeaderboardError(str(err)) from None
-    stats["methods"] = with_measured_costs(stats["methods"], costs)
     papers, paper_warnings = reported_results(set(stats["methods"]["task"]))
     warnings = warnings + paper_warnings
     for warning in warnings:
@@ -419,6 +410,7 @@ def render(
     figures = setting_figures(stats)
     figures.update({name: png for name, png in drawn.items() if png is not None})
     finished = set(table.loc[table["kind"] == "run", "run"])
+    folders = manifest_folders(paths_in)
     coverage = suite_coverage(folders, finished)
     # the board is named after the suites it shows, else after the folder it is written to
     suites = suite_names(folders)

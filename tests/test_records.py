@@ -65,36 +65,6 @@ def test_the_cost_of_a_step_is_the_median_training_step_so_a_paused_run_moves_it
     assert methods.loc["dapo", "wall_per_step_ratio"] == pytest.approx((120 - 10) / (100 - 10))
 
 
-def test_a_step_costs_table_beside_the_records_gives_the_wall_time_column(published, tmp_path):
-    """The runs' own step times mix the loads each run met, so where ``step_costs.csv`` (a
-    side-by-side measurement, scripts/step_costs.py) lies beside the records, the board's wall
-    ratios are its own, and a method it did not measure shows none; FLOPs stay the runs'."""
-    from creditbench.leaderboard.tables import fmt_cost
-
-    folder, records = published
-    runs = pd.read_csv(records)
-    key = runs.loc[runs["kind"] == "run", ["task", "options", "setting"]].iloc[0].to_dict()
-    costs = pd.DataFrame(
-        [
-            {**key, "method": "grpo", "wall_per_step_ratio": 1.0},
-            {**key, "method": "dapo", "wall_per_step_ratio": 0.95},
-            {**key | {"options": "steps=99"}, "method": "oracle", "wall_per_step_ratio": 9.0},
-        ]
-    )
-    costs.to_csv(folder / "step_costs.csv", index=False)
-    board = render(records, tmp_path / "board", reps=50)
-    methods = pd.read_csv(board["csv"]).set_index("method")
-    assert methods.loc["dapo", "wall_per_step_ratio"] == pytest.approx(0.95)  # runs': 1.2
-    assert pd.isna(methods.loc["oracle", "wall_per_step_ratio"])  # measured in another setting
-    assert fmt_cost(methods.loc["oracle"]) == "1.00 / n/a"
-    assert methods.loc["dapo", "flops_per_step_ratio"] == pytest.approx(1.0)
-    # a table that cannot be read: one message naming it
-    (folder / "step_costs.csv").write_text("method\ngrpo\n")
-    with pytest.raises(LeaderboardError, match="step_costs.csv: not a step-costs table"):
-        render(records, tmp_path / "board2", reps=50)
-    assert not (tmp_path / "board2").exists()
-
-
 def test_new_runs_render_against_committed_records_with_labels_over_both(published, tmp_path):
     _, records = published
     mine = tmp_path / "mine"

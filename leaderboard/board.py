@@ -17,8 +17,9 @@ for everything read against GRPO):
 - its cost beside GRPO's: FLOPs and wall time per step (``flops_per_step_ratio``: the mean
   over seeds of each run's FLOPs over its steps; ``wall_per_step_ratio``: the median over seeds
   of each run's median training step, evaluations left out, so that a run paused part-way on a
-  shared machine moves it little; records older than that median give their wall time less
-  their evaluations over their steps), each over GRPO's;
+  shared machine moves it little, divided by the run's evaluation pace where every run records
+  it, so that the load a run met divides out; records older than that median give their wall
+  time less their evaluations over their steps), each over GRPO's;
 - the credit diagnostics and the filler entropy drift, means with bootstrap intervals.
 
 And per setting, method and budget fraction, the mean accuracy curve with its interval.
@@ -55,11 +56,17 @@ def _per_step(runs: pd.DataFrame, column: str) -> pd.Series:
 
 def _step_seconds(runs: pd.DataFrame) -> pd.Series:
     """Each run's median training step; for records written before that was collected, its
-    wall time less its evaluations over its steps (a mean, which a pause would move)."""
+    wall time less its evaluations over its steps (a mean, which a pause would move). Where
+    every run of the group records its evaluations' pace, the step is over that pace: the runs
+    of a campaign met different loads (GRPO's hard runs took a median 2.2 to 4.4 s a step),
+    and a run's own evaluations, the same work in every run of a setting, met the same load."""
     median = runs.get("step_seconds", pd.Series(math.nan, index=runs.index))
     if "wall_seconds" in runs and "eval_seconds" in runs:
         training = runs.assign(train_seconds=runs["wall_seconds"] - runs["eval_seconds"])
         median = median.fillna(_per_step(training, "train_seconds"))
+    pace = runs.get("eval_token_seconds", pd.Series(math.nan, index=runs.index))
+    if pace.notna().all() and (pace > 0).all():
+        return median / pace
     return median
 
 

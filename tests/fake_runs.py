@@ -32,10 +32,15 @@ def make_run(
     environment=ENVIRONMENT,
     step_seconds=None,
     wall_seconds=None,
+    eval_seconds=2.0,
+    eval_length=None,
     **sections,
 ):
     """A run as the trainer writes it; ``sections`` update config sections (rollout={...});
-    ``step_seconds`` (one per step) and ``wall_seconds`` replace the method's usual times."""
+    ``step_seconds`` (one per step) and ``wall_seconds`` replace the method's usual times,
+    ``eval_seconds`` is each evaluation's and ``eval_length`` its samples' mean length (none
+    recorded by default)."""
+    length = {} if eval_length is None else {"mean_length": eval_length}
     config = to_dict(RunConfig(method=method, seed=seed, task=task, task_options={"steps": steps}))
     config.update(run_name=name, output_dir=str(root))
     for section, values in sections.items():
@@ -51,8 +56,9 @@ def make_run(
                 "step": 0,
                 "sampled_accuracy": accuracy[0],
                 "greedy_accuracy": accuracy[0],
+                **length,
             },
-            "time": {"eval": 2.0},
+            "time": {"eval": eval_seconds},
         }
     )
     n_steps = len(FRACTIONS) - 1
@@ -82,8 +88,9 @@ def make_run(
                     "step": step,
                     "sampled_accuracy": accuracy[step],
                     "greedy_accuracy": accuracy[step],
+                    **length,
                 },
-                "time": {"eval": 2.0},
+                "time": {"eval": eval_seconds},
             }
         )
     if summary:

@@ -65,6 +65,35 @@ def test_the_cost_of_a_step_is_the_median_training_step_so_a_paused_run_moves_it
     assert methods.loc["dapo", "wall_per_step_ratio"] == pytest.approx((120 - 10) / (100 - 10))
 
 
+def test_a_runs_step_is_read_over_its_own_evaluations_pace_so_the_load_it_met_divides_out(
+    tmp_path,
+):
+    """Two machines' loads: DAPO's runs met twice GRPO's load, so both their steps and their
+    evaluations took twice as long; a method whose evaluation samples are twice as long pays for
+    its longer evaluations, not its training steps. Read over each run's evaluation pace (its
+    evaluation seconds over its samples' mean length), both come out at their own cost."""
+    root = tmp_path / "runs"
+    for seed in range(3):
+        make_run(root, f"grpo-s{seed}", "grpo", seed, step_seconds=[0.5] * 4, eval_length=100)
+        make_run(  # 1.2x GRPO's work a step, under twice the load
+            root, f"dapo-s{seed}", "dapo", seed, step_seconds=[1.2] * 4, eval_seconds=4.0,
+            eval_length=100,
+        )  # fmt: skip
+        make_run(  # GRPO's work a step; its samples twice as long, so its evaluations too
+            root, f"oracle-s{seed}", "oracle", seed, step_seconds=[0.5] * 4, eval_seconds=4.0,
+            eval_length=200,
+        )  # fmt: skip
+    table, _ = collect_runs(root)
+    methods = summarize(table, reps=50)["methods"].set_index("method")
+    assert methods.loc["dapo", "wall_per_step_ratio"] == pytest.approx(1.2)  # raw: 2.4
+    assert methods.loc["oracle", "wall_per_step_ratio"] == pytest.approx(1.0)
+    # one run without its evaluations' lengths: the whole setting reads the raw steps
+    make_run(root, "grpo-s3", "grpo", 3, step_seconds=[0.5] * 4)
+    table, _ = collect_runs(root)
+    methods = summarize(table, reps=50)["methods"].set_index("method")
+    assert methods.loc["dapo", "wall_per_step_ratio"] == pytest.approx(2.4)
+
+
 def test_new_runs_render_against_committed_records_with_labels_over_both(published, tmp_path):
     _, records = published
     mine = tmp_path / "mine"

@@ -183,3 +183,25 @@ def test_every_committed_figure_of_the_board_is_shown_somewhere() -> None:
     pages = [p.read_text(encoding="utf-8") for p in (ROOT / "docs").rglob("*.md")]
     orphans = [f.name for f in STANDARD.glob("*.png") if not any(f.name in p for p in pages)]
     assert orphans == [], f"figures no page shows (left by an earlier render?): {orphans}"
+
+
+def test_the_committed_suite_manifest_is_the_campaigns_plan_for_the_committed_records(tmp_path):
+    """The board says how many of the campaign's runs it holds; the plan it counts against
+    must be the one the easy-seeds rule gives for the committed records, over the suite's runs
+    (a stale or hand-edited plan would misstate what is left)."""
+    import importlib.util
+    import json
+
+    from creditbench.tools.suite import expand_suite, load_suite, suite_path, write_manifest
+
+    path = suite_path("standard")
+    write_manifest(tmp_path, path, expand_suite(load_suite(path), path))
+    spec = importlib.util.spec_from_file_location("easy_seeds", ROOT / "scripts" / "easy_seeds.py")
+    easy_seeds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(easy_seeds)
+    full = tmp_path / f"suite-{path.stem}.json"
+    plan = easy_seeds.campaign_manifest(str(STANDARD / "runs.csv"), str(full))
+    committed = json.loads((STANDARD / "suite-standard.json").read_text())
+    assert committed["plan"] == plan["plan"]
+    assert {r["name"] for r in committed["runs"]} == {r["name"] for r in plan["runs"]}
+    assert len(plan["runs"]) < 560  # easy seeds 5-9 only where the rule chose them

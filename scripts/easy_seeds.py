@@ -77,7 +77,8 @@ def campaign_manifest(records: str, suite_manifest: str) -> dict:
     first = setting_rows(table, "easy")
     first = first[(first["kind"] == "run") & first["seed"].isin(FIRST_SEEDS)]
     counts = first["method"].value_counts()
-    complete = [m for m in {m for m, _ in method_seed.values()} if counts.get(m, 0) == len(FIRST_SEEDS)]
+    rows = {m for m, _ in method_seed.values()}
+    complete = [m for m in rows if counts.get(m, 0) == len(FIRST_SEEDS)]
     chosen = {BASELINE, ORACLE}
     if {BASELINE, ORACLE} <= set(complete):
         chosen |= set(easy_seeds(records, sorted(complete)))

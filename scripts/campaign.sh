@@ -154,12 +154,10 @@ sync_board() {  # finished runs into the repository; then the board, the claims,
   done
   cd "$REPO"
   # the board counts its runs against the campaign's plan: the suite less the easy seeds 5-9
-  # the rule has not chosen (scripts/easy_seeds.py --manifest)
-  if [ -f "$WORK/results/suite-standard.json" ]; then
-    python scripts/easy_seeds.py "$STANDARD" --manifest "$WORK/results/suite-standard.json" \
-      > "$STANDARD/suite-standard.json.part" || { rm -f "$STANDARD/suite-standard.json.part"; exit 2; }
-    mv "$STANDARD/suite-standard.json.part" "$STANDARD/suite-standard.json"
-  fi
+  # the rule has not chosen (scripts/easy_seeds.py --plan)
+  python scripts/easy_seeds.py "$STANDARD" --plan > "$STANDARD/suite-standard.json.part" \
+    || { rm -f "$STANDARD/suite-standard.json.part"; exit 2; }
+  mv "$STANDARD/suite-standard.json.part" "$STANDARD/suite-standard.json"
   creditbench leaderboard docs/results/standard >/dev/null
   local claims=(docs/results/standard/runs.csv)
   if [ -d "$CLAIMS_ROWS" ]; then

@@ -2,7 +2,7 @@
 setting's seeds 5-9", applied to the records of easy seeds 0-4.
 
     python scripts/easy_seeds.py RECORDS [--methods all|NAME,NAME,...]
-    python scripts/easy_seeds.py RECORDS --manifest SUITE_MANIFEST
+    python scripts/easy_seeds.py RECORDS --plan
 
 Prints one method a line: GRPO and the oracle, then every method whose easy AUC gain over GRPO
 at seeds 0-4 the claim rule leaves undecided (its bootstrap or its t interval contains 0).
@@ -10,10 +10,11 @@ RECORDS is a results folder or a committed ``runs.csv``. Exit 2, printing nothin
 method of ``--methods`` (default: every registered method and the oracle) lacks one of its
 easy seeds 0-4: the rule reads all of them at once.
 
-``--manifest`` prints the campaign's plan as a suite manifest (JSON): the runs of the suite's
-manifest (``suite-standard.json``, every seed of every setting) less the easy seeds 5-9 of the
-rows the rule has not chosen, a row being chosen once its easy seeds 0-4 are in (GRPO's and the
-oracle's from the start). The board's coverage sentence counts against it, so a finished
+``--plan`` prints the campaign's plan as a suite manifest (JSON, the board's
+``suite-standard.json``): the standard suite's runs (every seed of every setting) less the easy
+seeds 5-9 of the rows the rule has not chosen. GRPO's and the oracle's are always in; the rule
+chooses among the rows whose easy seeds 0-4 are all in, so a row still running its first five
+has none of 5-9 planned yet. The board's coverage sentence counts against it, so a finished
 campaign reads as finished.
 """
 
@@ -62,34 +63,27 @@ PLAN = (
 )
 
 
-def campaign_manifest(records: str, suite_manifest: str) -> dict:
-    """The suite manifest ``suite_manifest`` narrowed to the campaign's plan (module doc)."""
-    from creditbench.leaderboard.collect import read_suite_manifest
+def campaign_manifest(records: str, runs: Sequence | None = None) -> dict:
+    """The campaign's plan (module doc) as a suite manifest: ``runs`` (:class:`Run` of
+    ``creditbench.tools.suite``; default: the standard suite's) less the easy seeds 5-9 of the
+    rows the rule has not chosen."""
+    from creditbench.tools.suite import expand_suite, load_suite, suite_path
 
-    suite = read_suite_manifest(suite_manifest)
-    if suite is None:
-        raise ValueError(f"{suite_manifest}: not a readable suite manifest")
-    easy = [(name, setting) for name, setting in suite.runs if "-easy-" in f"-{setting}-"]
-    if not easy:
-        raise ValueError(f"{suite_manifest}: no run of an easy setting")
-    method_seed = {name: name[len(setting) + 1 :].rsplit("-s", 1) for name, setting in easy}
+    if runs is None:
+        path = suite_path("standard")
+        runs = expand_suite(load_suite(path), path)
+    easy = [run for run in runs if "-easy-" in f"-{run.label}-"]
     table, _ = collect_runs([records])
     first = setting_rows(table, "easy")
     first = first[(first["kind"] == "run") & first["seed"].isin(FIRST_SEEDS)]
     counts = first["method"].value_counts()
-    rows = {m for m, _ in method_seed.values()}
-    complete = [m for m in rows if counts.get(m, 0) == len(FIRST_SEEDS)]
+    complete = sorted({r.entry for r in easy if counts.get(r.entry, 0) == len(FIRST_SEEDS)})
     chosen = {BASELINE, ORACLE}
-    if {BASELINE, ORACLE} <= set(complete):
-        chosen |= set(easy_seeds(records, sorted(complete)))
-    kept = [
-        {"name": name, "setting": setting}
-        for name, setting in suite.runs
-        if name not in method_seed
-        or int(method_seed[name][1]) in FIRST_SEEDS
-        or method_seed[name][0] in chosen
-    ]
-    return {"suite": suite.name, "plan": PLAN, "runs": kept}
+    if {BASELINE, ORACLE} <= set(complete):  # the rule reads every row against GRPO's seeds
+        chosen |= set(easy_seeds(records, complete))
+    later = {run.name for run in easy if run.seed not in FIRST_SEEDS and run.entry not in chosen}
+    entries = [{"name": run.name, "setting": run.label} for run in runs if run.name not in later]
+    return {"suite": "standard", "plan": PLAN, "runs": entries}
 
 
 def main(argv: list[str]) -> int:
@@ -100,14 +94,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("records", help="a results folder or a committed runs.csv")
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--methods", default="all", help="all, or NAME,NAME,...")
-    choice.add_argument("--manifest", help="the suite's manifest: print the campaign's plan")
+    choice.add_argument(
+        "--plan", action="store_true", help="print the campaign's plan as a suite manifest"
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # bad arguments: argparse printed the usage line; exit 2
         return int(stop.code or 0)
     try:
-        if args.manifest:
-            print(json.dumps(campaign_manifest(args.records, args.manifest), indent=1))
+        if args.plan:
+            print(json.dumps(campaign_manifest(args.records), indent=1))
             return 0
         if args.methods == "all":
             from creditbench.methods.registry import list_methods

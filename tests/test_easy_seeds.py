@@ -49,7 +49,7 @@ def test_nothing_is_chosen_while_a_row_lacks_one_of_its_first_five_seeds(
     assert script().main([str(runs), "--bogus"]) == 2
 
 
-def test_the_campaigns_manifest_keeps_easy_seeds_5_to_9_of_the_chosen_rows_only(
+def test_the_campaigns_plan_keeps_easy_seeds_5_to_9_of_the_chosen_rows_only(
     tmp_path, monkeypatch, capsys
 ):
     """The board counts its runs against the campaign's plan, so a finished campaign reads as
@@ -57,23 +57,19 @@ def test_the_campaigns_manifest_keeps_easy_seeds_5_to_9_of_the_chosen_rows_only(
     rows the rule chose; a row whose first five are not all in has none of 5-9 planned yet."""
     import json
 
+    from creditbench.tools.suite import Run
+
     runs = records(tmp_path / "runs", monkeypatch)
     for seed in range(3):  # PPO's easy seeds 0-2 only: the rule cannot read it yet
         make_run(runs, f"{EASY}-ppo-s{seed}", "ppo", seed)
-    suite = {
-        "suite": "standard",
-        "runs": [
-            {"name": f"{setting}-{method}-s{seed}", "setting": setting}
-            for setting in (HARD, EASY)
-            for method in ("grpo", "oracle", "dapo", "rloo", "ppo")
-            for seed in range(10)
-        ],
-    }
-    (tmp_path / "suite-standard.json").write_text(json.dumps(suite))
-    manifest = tmp_path / "suite-standard.json"
-    assert script().main([str(runs), "--manifest", str(manifest)]) == 0
-    plan = json.loads(capsys.readouterr().out)
-    assert plan["suite"] == "standard" and "plan" in plan["plan"]
+    suite = [
+        Run(f"{setting}-{method}-s{seed}", method, "chain", seed, [], setting)
+        for setting in (HARD, EASY)
+        for method in ("grpo", "oracle", "dapo", "rloo", "ppo")
+        for seed in range(10)
+    ]
+    plan = script().campaign_manifest(str(runs), suite)
+    assert plan["suite"] == "standard" and plan["plan"].startswith("the campaign's plan: ")
     names = {r["name"] for r in plan["runs"]}
     assert {f"{HARD}-{m}-s9" for m in ("grpo", "oracle", "dapo", "rloo", "ppo")} <= names
     late = {n.removeprefix(f"{EASY}-") for n in names if n.startswith(EASY) and n[-1] in "56789"}
@@ -86,7 +82,9 @@ def test_the_campaigns_manifest_keeps_easy_seeds_5_to_9_of_the_chosen_rows_only(
     (tmp_path / "board" / "suite-standard.json").write_text(json.dumps(plan))
     sentence = suite_coverage([tmp_path / "board"], names)[0]
     assert sentence == f"Suite standard ({plan['plan']}): all 90 runs finished."
-    # an unreadable suite manifest: one line naming it, exit 2
-    (tmp_path / "broken.json").write_text("{")
-    assert script().main([str(runs), "--manifest", str(tmp_path / "broken.json")]) == 2
-    assert "broken.json: not a readable suite manifest" in capsys.readouterr().err
+    # the command line: the standard suite's runs, as JSON
+    assert script().main([str(runs), "--plan"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert f"{EASY}-rloo-s9" in {r["name"] for r in printed["runs"]}
+    assert f"{EASY}-dapo-s9" not in {r["name"] for r in printed["runs"]}
+    assert script().main([str(runs), "--plan", "--methods", "grpo"]) == 2  # one or the other

@@ -144,6 +144,8 @@ def test_each_methods_replay_fixture_is_the_one_its_committed_runs_were_made_wit
 
     if git("rev-parse", "--git-dir").returncode != 0:
         pytest.skip("not a git checkout: the runs' commits cannot be read")
+    if git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        pytest.skip("a shallow clone: the runs' commits may lie outside its history")
     changed = []
     for method, commit in sorted(registered_method_commits()):
         fixture = f"tests/replay_fixtures/{method}.jsonl"
@@ -185,23 +187,17 @@ def test_every_committed_figure_of_the_board_is_shown_somewhere() -> None:
     assert orphans == [], f"figures no page shows (left by an earlier render?): {orphans}"
 
 
-def test_the_committed_suite_manifest_is_the_campaigns_plan_for_the_committed_records(tmp_path):
+def test_the_committed_suite_manifest_is_the_campaigns_plan_for_the_committed_records() -> None:
     """The board says how many of the campaign's runs it holds; the plan it counts against
     must be the one the easy-seeds rule gives for the committed records, over the suite's runs
     (a stale or hand-edited plan would misstate what is left)."""
     import importlib.util
     import json
 
-    from creditbench.tools.suite import expand_suite, load_suite, suite_path, write_manifest
-
-    path = suite_path("standard")
-    write_manifest(tmp_path, path, expand_suite(load_suite(path), path))
     spec = importlib.util.spec_from_file_location("easy_seeds", ROOT / "scripts" / "easy_seeds.py")
     easy_seeds = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(easy_seeds)
-    full = tmp_path / f"suite-{path.stem}.json"
-    plan = easy_seeds.campaign_manifest(str(STANDARD / "runs.csv"), str(full))
+    plan = easy_seeds.campaign_manifest(str(STANDARD / "runs.csv"))
     committed = json.loads((STANDARD / "suite-standard.json").read_text())
-    assert committed["plan"] == plan["plan"]
+    assert committed.get("plan") == plan["plan"], "the committed manifest names no plan"
     assert {r["name"] for r in committed["runs"]} == {r["name"] for r in plan["runs"]}
-    assert len(plan["runs"]) < 560  # easy seeds 5-9 only where the rule chose them

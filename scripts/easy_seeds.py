@@ -43,18 +43,28 @@ def undecided(frame: pd.DataFrame) -> list[str]:
     return [str(m) for m in rows.loc[~decided].sort_values("gain_auc", ascending=False)["method"]]
 
 
-def easy_seeds(records: str, methods: Sequence[str]) -> list[str]:
-    """GRPO, the oracle and the undecided methods; ValueError naming the missing runs."""
-    table, _ = collect_runs([records])
+def first_seeds(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """The easy setting's rows of seeds 0-4 (runs and their evaluations) in ``table`` (as
+    ``collect_runs`` gives it), and each method's count of finished runs among them."""
     easy = setting_rows(table, "easy")
     first = easy[easy["seed"].isin(FIRST_SEEDS)]
-    runs = first[first["kind"] == "run"]
-    missing = [m for m in methods if (runs["method"] == m).sum() < len(FIRST_SEEDS)]
+    return first, first.loc[first["kind"] == "run", "method"].value_counts()
+
+
+def chosen(table: pd.DataFrame, methods: Sequence[str]) -> list[str]:
+    """GRPO, the oracle and the undecided methods; ValueError naming the missing runs."""
+    first, counts = first_seeds(table)
+    missing = [m for m in methods if counts.get(m, 0) < len(FIRST_SEEDS)]
     if missing:
         raise ValueError(f"easy seeds 0-4 missing for: {', '.join(missing)}")
     frame = summarize(first)["methods"]
     frame = frame[frame["method"].isin(methods)]
     return [BASELINE, ORACLE, *undecided(frame)]
+
+
+def easy_seeds(records: str, methods: Sequence[str]) -> list[str]:
+    """:func:`chosen` for the records in ``records`` (a results folder or a runs.csv)."""
+    return chosen(collect_runs([records])[0], methods)
 
 
 PLAN = (
@@ -74,14 +84,12 @@ def campaign_manifest(records: str, runs: Sequence | None = None) -> dict:
         runs = expand_suite(load_suite(path), path)
     easy = [run for run in runs if "-easy-" in f"-{run.label}-"]
     table, _ = collect_runs([records])
-    first = setting_rows(table, "easy")
-    first = first[(first["kind"] == "run") & first["seed"].isin(FIRST_SEEDS)]
-    counts = first["method"].value_counts()
+    _, counts = first_seeds(table)
     complete = sorted({r.entry for r in easy if counts.get(r.entry, 0) == len(FIRST_SEEDS)})
-    chosen = {BASELINE, ORACLE}
+    picked = {BASELINE, ORACLE}
     if {BASELINE, ORACLE} <= set(complete):  # the rule reads every row against GRPO's seeds
-        chosen |= set(easy_seeds(records, complete))
-    later = {run.name for run in easy if run.seed not in FIRST_SEEDS and run.entry not in chosen}
+        picked |= set(chosen(table, complete))
+    later = {run.name for run in easy if run.seed not in FIRST_SEEDS and run.entry not in picked}
     entries = [{"name": run.name, "setting": run.label} for run in runs if run.name not in later]
     return {"suite": "standard", "plan": PLAN, "runs": entries}
 

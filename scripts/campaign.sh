@@ -13,8 +13,9 @@
 # runs at the old commit are withdrawn (tests/test_standard_board.py checks one clean commit a
 # method). Phases, as docs/testbed.md decides them: first the easy seeds of the rows in FIRST
 # (seeds 0-4, then 5-9 where scripts/easy_seeds.py chooses them among those rows), then hard
-# seeds 0-9, easy seeds 0-4, the claims' own rows (reproduce gtpo, oppo), then easy seeds 5-9
-# for the rows scripts/easy_seeds.py chooses.
+# seeds 0-9, easy seeds 0-4, easy seeds 5-9 for the rows scripts/easy_seeds.py chooses, then the
+# claims' own rows (reproduce gtpo, oppo): the board is whole before those two hours of runs,
+# which it never reads.
 # Run it in the background: nohup scripts/campaign.sh WORK run >> WORK/log 2>&1 &
 set -eu -o pipefail
 
@@ -119,12 +120,12 @@ campaign() {
   easy_5_9 "$(IFS=,; echo "${FIRST[*]}")"
   every_pin 0-9 "$HARD"
   every_pin 0-4 "$EASY"
+  easy_5_9 all
   for m in gtpo oppo; do  # the claims' own rows, from the commit that ran the method's rows
     echo "=== $(date -u +%FT%TZ) reproduce $m"
     cb "$(pin_of "$m")" reproduce "$m" --scale cpu --results "$WORK/claims-$m" \
       --records "$WORK/results" --workers 2 ${DRY:+--dry-run} || echo "=== reproduce exited $?"
   done
-  easy_5_9 all
   echo "=== $(date -u +%FT%TZ) campaign done"
 }
 

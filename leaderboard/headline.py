@@ -103,11 +103,19 @@ def easy_sentence(frame: pd.DataFrame | None) -> str:
     before GRPO's easy runs."""
     if frame is None or BASELINE not in set(frame["method"]):
         return ""
-    n_methods, seeds = frame["method"].nunique(), int(frame["n_seeds"].max())
     return (
-        f"\n\nIn the easy setting ({n_methods} methods so far, up to {seeds} seeds each): "
+        f"\n\nIn the easy setting ({frame['method'].nunique()} methods, {seeds_each(frame)}): "
         f"{setting_verdict(frame)} {_positions(frame)}"
     )
+
+
+def seeds_each(frame: pd.DataFrame) -> str:
+    """How many seeds the rows hold, as the headline says it: "10 seeds each", or "5 to 10
+    seeds each" while (or where, by the easy seeds' rule) rows differ."""
+    fewest, most = int(frame["n_seeds"].min()), int(frame["n_seeds"].max())
+    if most == 1:
+        return "one seed each"
+    return f"{most} seeds each" if fewest == most else f"{fewest} to {most} seeds each"
 
 
 class Best(NamedTuple):
@@ -245,7 +253,6 @@ def _headline(
         raise HeadlineError(f"{records}: the {LABEL} setting's runs differ in their settings")
     key = tuple(keys.iloc[0])
     n_methods = frame["method"].nunique()
-    seeds = int(frame["n_seeds"].max())
     if BASELINE not in set(frame["method"]):  # a campaign's first records: no gain to show yet
         return "\n".join(
             [
@@ -263,9 +270,8 @@ def _headline(
             "![AUC gain over GRPO per method, hard setting, best first; 95% intervals, thick: "
             f"bootstrap, thin: t]({figure})",
             "",
-            f"The hard setting of the frozen protocol, {n_methods} methods, "
-            + ("one seed each" if seeds == 1 else f"up to {seeds} seeds each")
-            + f". {setting_verdict(frame)} {_positions(frame)}{easy_sentence(easy)}",
+            f"The hard setting of the frozen protocol, {n_methods} methods, {seeds_each(frame)}. "
+            f"{setting_verdict(frame)} {_positions(frame)}{easy_sentence(easy)}",
             END,
         ]
     )

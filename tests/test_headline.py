@@ -30,6 +30,7 @@ from creditbench.leaderboard.headline import (
     headline_block,
     home_blocks,
     rewrite,
+    seeds_each,
 )
 from creditbench.leaderboard.plots import FOREST_COLUMNS, drawn_numbers
 
@@ -53,7 +54,7 @@ def test_the_block_shows_the_boards_figure_the_verdict_and_the_positions(tmp_pat
     assert block.startswith(START) and block.endswith(END)
     figure = block.split("](", 1)[1].split(")", 1)[0]
     assert Path(figure).is_file() and Path(figure).name.startswith("gain_forest-")
-    assert "3 methods, up to 5 seeds" in block  # the easy setting's RLOO is not in it
+    assert "3 methods, 5 seeds each" in block  # the easy setting's RLOO is not in it
     assert "Ahead of GRPO in AUC (both 95% intervals above zero): dapo (+0.050" in block
     assert "Oracle credit, the reference, is ahead of GRPO" in block
     # dapo gains 0.1 where the oracle gains 0.3 at every seed: a third of the way
@@ -67,9 +68,17 @@ def test_the_block_shows_the_boards_figure_the_verdict_and_the_positions(tmp_pat
             make_run(both, f"chain-easy-steps=8-{method}-s{seed}", method, seed, steps=8)
     render(both, reps=200)
     block = headline_block(both / "runs.csv", board=str(both), reps=200)
-    easy = block.split("In the easy setting (3 methods so far, up to 5 seeds each): ", 1)[1]
+    easy = block.split("In the easy setting (3 methods, 5 seeds each): ", 1)[1]
     assert "Ahead of GRPO in AUC (both 95% intervals above zero): dapo (+0.050" in easy
     assert "Oracle credit, the reference, is ahead of GRPO" in easy and "dapo +0.33" in easy
+
+
+def test_the_headline_says_how_many_seeds_its_rows_hold_not_a_maximum():
+    # the easy setting keeps 5 seeds where they settle a row and 10 elsewhere: "up to 10" (or
+    # "so far") would read as an unfinished campaign once every planned seed is in
+    assert seeds_each(pd.DataFrame({"n_seeds": [10, 5, 10]})) == "5 to 10 seeds each"
+    assert seeds_each(pd.DataFrame({"n_seeds": [10, 10]})) == "10 seeds each"
+    assert seeds_each(pd.DataFrame({"n_seeds": [1, 1]})) == "one seed each"
 
 
 def test_rewrite_replaces_only_the_marked_block():

@@ -201,3 +201,29 @@ def test_the_committed_suite_manifest_is_the_campaigns_plan_for_the_committed_re
     committed = json.loads((STANDARD / "suite-standard.json").read_text())
     assert committed.get("plan") == plan["plan"], "the committed manifest names no plan"
     assert {r["name"] for r in committed["runs"]} == {r["name"] for r in plan["runs"]}
+
+
+def test_the_claims_own_rows_are_counted_against_every_cards_variant_rows() -> None:
+    """The claims page says how many of the claims' own rows its verdicts stand on: their
+    manifest must list every card row the board does not run, at the standard suite's runs of
+    its claims' settings, and no row of the board (whose runs the standard manifest counts)."""
+    import json
+
+    from creditbench.reference.cards import load_cards
+    from creditbench.tools.reproduce.claims import claim_runs, on_the_board, own_rows_manifest
+
+    cards = list(load_cards().values())
+    plan = own_rows_manifest(cards)
+    names = {r["name"] for r in plan["runs"]}
+    compared = [c for c in cards if c.claims]
+    runs = [(card, run) for card in compared for run in claim_runs(card)]
+    own = [run for card, run in runs if not on_the_board(card, run.entry)]
+    assert names == {run.name for run in own}
+    # GTPO's GRPO-S; OPPO's teacher and DAPO rows: each at the suite's ten hard seeds
+    for row in ("grpo_s", "oppo_teacher", "dapo_oppo", "dapo_oppo_teacher"):
+        assert sorted(r.seed for r in own if r.entry == row) == list(range(10)), row
+    board = json.loads((STANDARD / "suite-standard.json").read_text())
+    assert not names & {r["name"] for r in board["runs"]}
+    committed = ROOT / "docs" / "results" / "claims-rows" / "suite-claims-rows.json"
+    if committed.is_file():  # written by scripts/campaign.sh sync beside the rows' records
+        assert json.loads(committed.read_text()) == plan

@@ -15,6 +15,7 @@ and k of n seeds, and the verdict.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from creditbench.reference.cards import Card
@@ -22,6 +23,7 @@ from creditbench.tools.bench_plan import COMMITTED_RECORDS
 from creditbench.tools.reproduce.recipe import ReproduceError
 
 SUITE = "standard"
+OWN_ROWS = "claims-rows"  # the suite name of the claims' own rows (own_rows_manifest)
 
 
 def claim_rows(card: Card) -> list[str]:
@@ -34,6 +36,33 @@ def claim_rows(card: Card) -> list[str]:
     return rows
 
 
+def on_the_board(card: Card, name: str) -> bool:
+    """Whether the card row ``name`` is a registered method at its defaults, as the board runs
+    it; a variant (its own name, or options) is one of the claims' own rows."""
+    row = card.method_row(name)
+    return row.registry_name == name and not row.options
+
+
+def own_rows_manifest(cards: Iterable[Card]) -> dict:
+    """The claims' own rows as a suite manifest (``suite-claims-rows.json`` beside their records,
+    docs/testbed.md "The claims' own rows"): every card's rows the board does not run, at the
+    standard suite's runs of their claims' settings, so the claims page says how many of them
+    its verdicts stand on while they run."""
+    with_own_rows = [c for c in cards if any(not on_the_board(c, n) for n in claim_rows(c))]
+    runs = [
+        run
+        for card in with_own_rows
+        for run in claim_runs(card)
+        if not on_the_board(card, run.entry)
+    ]
+    rows = ", ".join(dict.fromkeys(run.entry for run in runs))
+    return {
+        "suite": OWN_ROWS,
+        "plan": f"the claims' own rows, card rows the board does not run: {rows}",
+        "runs": [{"name": run.name, "setting": run.label} for run in runs],
+    }
+
+
 def claim_runs(card: Card, seeds: int | None = None):
     """The standard suite's runs of the claims' rows in the claims' settings (module doc);
     ``seeds``: only the suite's first that many seeds."""
@@ -44,7 +73,7 @@ def claim_runs(card: Card, seeds: int | None = None):
     entries = []
     for name in claim_rows(card):
         row = card.method_row(name)
-        if row.registry_name == name and not row.options:
+        if on_the_board(card, name):
             entries.append(name)
         else:
             entries.append({"name": name, "method": row.registry_name, "options": row.options})

@@ -258,3 +258,12 @@ def test_reproduce_oppo_plans_its_claims_with_the_teacher_row_under_its_own_name
     listed = {line.split()[-1] for line in out.splitlines() if line.startswith("  [   run]")}
     assert f"{STANDARD_HARD}-oppo_teacher-s0" in listed
     assert f"{STANDARD_HARD}-grpo-s0" in listed and len(listed) == len(claim_rows(card))
+
+
+def test_a_variant_row_two_cards_compare_is_planned_once():
+    from creditbench.reference.cards import load_cards
+    from creditbench.tools.reproduce.claims import own_rows_manifest
+
+    oppo = load_cards()["oppo"]
+    once, twice = own_rows_manifest([oppo]), own_rows_manifest([oppo, oppo])
+    assert twice == once and len(once["runs"]) == 30  # teacher, DAPO, DAPO + teacher: 10 seeds

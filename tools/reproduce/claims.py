@@ -49,12 +49,13 @@ def own_rows_manifest(cards: Iterable[Card]) -> dict:
     standard suite's runs of their claims' settings, so the claims page says how many of them
     its verdicts stand on while they run."""
     with_own_rows = [c for c in cards if any(not on_the_board(c, n) for n in claim_rows(c))]
-    runs = [
-        run
+    by_name = {  # a variant two cards compare is run once
+        run.name: run
         for card in with_own_rows
         for run in claim_runs(card)
         if not on_the_board(card, run.entry)
-    ]
+    }
+    runs = list(by_name.values())
     rows = ", ".join(dict.fromkeys(run.entry for run in runs))
     return {
         "suite": OWN_ROWS,

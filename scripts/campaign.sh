@@ -121,10 +121,12 @@ campaign() {
   every_pin 0-9 "$HARD"
   every_pin 0-4 "$EASY"
   easy_5_9 all
+  local records=(--records "$WORK/results")  # and the committed claims' rows: a wiped
+  [ -d "$CLAIMS_ROWS" ] && records+=(--records "$CLAIMS_ROWS")  # machine skips them too
   for m in gtpo oppo; do  # the claims' own rows, from the commit that ran the method's rows
     echo "=== $(date -u +%FT%TZ) reproduce $m"
     cb "$(pin_of "$m")" reproduce "$m" --scale cpu --results "$WORK/claims-$m" \
-      --records "$WORK/results" --workers 2 ${DRY:+--dry-run} || echo "=== reproduce exited $?"
+      "${records[@]}" --workers 2 ${DRY:+--dry-run} || echo "=== reproduce exited $?"
   done
   echo "=== $(date -u +%FT%TZ) campaign done"
 }

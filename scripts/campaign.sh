@@ -140,6 +140,12 @@ copy_run() {  # copy_run RUN DEST [NOTE]: a finished run's records into DEST, na
   echo "new: ${run##*/} $sha${3:+ ($3)}"
 }
 
+write_whole() {  # write_whole FILE COMMAND...: the command's output into FILE, whole or not at all
+  local file=$1; shift
+  "$@" > "$file.part" || { rm -f "$file.part"; exit 2; }
+  mv "$file.part" "$file"
+}
+
 sync_board() {  # finished runs into the repository; then the board, the claims, the home page
   local run
   for run in "$WORK"/results/chain-*/; do
@@ -158,15 +164,11 @@ sync_board() {  # finished runs into the repository; then the board, the claims,
   cd "$REPO"
   # the board counts its runs against the campaign's plan: the suite less the easy seeds 5-9
   # the rule has not chosen (scripts/easy_seeds.py --plan)
-  python scripts/easy_seeds.py "$STANDARD" --plan > "$STANDARD/suite-standard.json.part" \
-    || { rm -f "$STANDARD/suite-standard.json.part"; exit 2; }
-  mv "$STANDARD/suite-standard.json.part" "$STANDARD/suite-standard.json"
+  write_whole "$STANDARD/suite-standard.json" python scripts/easy_seeds.py "$STANDARD" --plan
   creditbench leaderboard docs/results/standard >/dev/null
   local claims=(docs/results/standard/runs.csv)
   if [ -d "$CLAIMS_ROWS" ]; then  # their plan, so the claims page says how many have run
-    python scripts/claims_rows_plan.py > "$CLAIMS_ROWS/suite-claims-rows.json.part" \
-      || { rm -f "$CLAIMS_ROWS/suite-claims-rows.json.part"; exit 2; }
-    mv "$CLAIMS_ROWS/suite-claims-rows.json.part" "$CLAIMS_ROWS/suite-claims-rows.json"
+    write_whole "$CLAIMS_ROWS/suite-claims-rows.json" python scripts/claims_rows_plan.py
     creditbench leaderboard "$CLAIMS_ROWS" --records-only >/dev/null
     claims+=("${CLAIMS_ROWS#"$REPO"/}/runs.csv")
   fi

@@ -77,7 +77,7 @@ def campaign_manifest(records: str, runs: Sequence | None = None) -> dict:
     """The campaign's plan (module doc) as a suite manifest: ``runs`` (:class:`Run` of
     ``creditbench.tools.suite``; default: the standard suite's) less the easy seeds 5-9 of the
     rows the rule has not chosen."""
-    from creditbench.tools.suite import expand_suite, load_suite, suite_path
+    from creditbench.tools.suite import expand_suite, load_suite, suite_manifest, suite_path
 
     if runs is None:
         path = suite_path("standard")
@@ -90,8 +90,8 @@ def campaign_manifest(records: str, runs: Sequence | None = None) -> dict:
     if {BASELINE, ORACLE} <= set(complete):  # the rule reads every row against GRPO's seeds
         picked |= set(chosen(table, complete))
     later = {run.name for run in easy if run.seed not in FIRST_SEEDS and run.entry not in picked}
-    entries = [{"name": run.name, "setting": run.label} for run in runs if run.name not in later]
-    return {"suite": "standard", "plan": PLAN, "runs": entries}
+    kept = [(run.name, run.label) for run in runs if run.name not in later]
+    return suite_manifest("standard", kept, PLAN)
 
 
 def main(argv: list[str]) -> int:

@@ -33,6 +33,7 @@ import fnmatch
 import itertools
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -275,6 +276,17 @@ def select_runs(runs: list[Run], patterns: list[str]) -> list[Run]:
     return selected
 
 
+def suite_manifest(suite: str, runs: Iterable[tuple[str, str]], plan: str | None = None) -> dict:
+    """A suite manifest's JSON (``suite-<name>.json``, read by
+    :func:`creditbench.leaderboard.collect.read_suite_manifest`): the suite's runs as ``(run
+    name, setting)`` and, for a campaign that runs part of it by a rule, the rule."""
+    manifest: dict = {"suite": suite}
+    if plan:
+        manifest["plan"] = plan
+    manifest["runs"] = [{"name": name, "setting": setting} for name, setting in runs]
+    return manifest
+
+
 def write_manifest(results_dir: Path, path: Path, runs: list[Run]) -> None:
     """Record every run of the suite, so a partly run folder says what it is missing. The runs
     an earlier manifest of the same suite lists stay listed (another ``--seeds`` set of it in
@@ -287,9 +299,7 @@ def write_manifest(results_dir: Path, path: Path, runs: list[Run]) -> None:
     earlier = read_suite_manifest(target)  # none yet, or unreadable: this suite's runs replace it
     listed = dict(earlier.runs) if earlier is not None else {}
     listed |= {r.name: r.label for r in runs}
-    entries = [{"name": name, "setting": label} for name, label in listed.items()]
-    manifest = {"suite": path.stem, "runs": entries}
-    text = json.dumps(manifest, indent=1) + "\n"
+    text = json.dumps(suite_manifest(path.stem, listed.items()), indent=1) + "\n"
     atomic_write_text(target, text)
 
 

@@ -56,12 +56,11 @@ def own_rows_manifest(cards: Iterable[Card]) -> dict:
         if not on_the_board(card, run.entry)
     }
     runs = list(by_name.values())
+    from creditbench.tools.suite import suite_manifest
+
     rows = ", ".join(dict.fromkeys(run.entry for run in runs))
-    return {
-        "suite": OWN_ROWS,
-        "plan": f"the claims' own rows, card rows the board does not run: {rows}",
-        "runs": [{"name": run.name, "setting": run.label} for run in runs],
-    }
+    plan = f"the claims' own rows, card rows the board does not run: {rows}"
+    return suite_manifest(OWN_ROWS, [(run.name, run.label) for run in runs], plan)
 
 
 def claim_runs(card: Card, seeds: int | None = None):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -219,6 +220,39 @@ def test_reproduce_runs_only_the_standard_runs_the_records_lack(tmp_path, capsys
     assert code == 0 and "0 to run" in capsys.readouterr().out
     (row,) = [line for line in report.splitlines() if line.startswith("| DAPO ahead of GRPO")]
     assert row.endswith("10/10 | reproduced |")
+
+
+def test_reproduce_reads_the_committed_claims_rows_beside_the_board_by_default(
+    tmp_path, monkeypatch, capsys
+):
+    """Without --records, a checkout's committed claims' own rows count as records as the
+    board's do: a user's `creditbench reproduce oppo` re-runs none of the 30 committed runs."""
+    from creditbench.tools.reproduce import claims
+
+    card = load_card(write(tmp_path, claim_card()))
+    committed = tmp_path / "docs" / "results"
+    for seed in range(10):
+        make_run(committed / "standard", f"{STANDARD_HARD}-grpo-s{seed}", "grpo", seed)
+        make_run(committed / "claims-rows", f"{STANDARD_HARD}-dapo-s{seed}", "dapo", seed)
+    monkeypatch.setattr(claims, "COMMITTED_RECORDS", committed / "standard")
+    code = claims.reproduce_claims(card, results=tmp_path / "mine", dry_run=True, reps=100)
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "20 runs, 20 in the records" in out and "0 to run" in out
+
+
+def test_the_committed_records_hold_every_run_of_the_cards_with_rows_of_their_own(capsys):
+    """The campaign ran the claims' own rows (docs/testbed.md): reproducing OPPO's and GTPO's
+    claims from this checkout reads all their runs and trains none."""
+    from creditbench.tools.bench_plan import COMMITTED_RECORDS
+
+    if not (COMMITTED_RECORDS.parent / "claims-rows").is_dir():
+        pytest.skip("an installed package without the repository's committed records")
+    for card_id in ("oppo", "gtpo"):
+        assert main(["reproduce", card_id, "--scale", "cpu", "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        runs, in_records = re.search(r"(\d+) runs, (\d+) in the records", out).groups()
+        assert "claims-rows" in out and runs == in_records and out.count(", 0 to run") == 1
 
 
 def test_reproduce_refuses_records_that_do_not_exist(tmp_path):

@@ -64,7 +64,8 @@ def add_reproduce_commands(subparsers) -> None:
         action="append",
         metavar="SOURCE",
         help="cpu: the standard suite's records to read before running what they lack "
-        "(repeatable; default: docs/results/standard where it exists)",
+        "(repeatable; default: docs/results/standard and docs/results/claims-rows, "
+        "where they exist)",
     )
     p.add_argument(
         "--minutes",

@@ -3,8 +3,9 @@
 A claim ("row A ahead of row B", the card's ``claims``) is tested on the frozen protocol, the
 standard suite (``tools/suites/standard.yaml``): its settings, its budget and its ten seeds,
 so that its verdict stands on the same runs the leaderboard shows. Most of those runs already
-exist: the committed records of the leaderboard's campaign (``docs/results/standard``, or any
-``--records``) are read, and only the runs missing from them are trained, into the results
+exist: the committed records of the leaderboard's campaign (``docs/results/standard``, and the
+claims' own rows, ``docs/results/claims-rows``; or any ``--records``) are read, and only the
+runs missing from them are trained, into the results
 folder, with the bench's workers. A card row with options (Teacher-OPPO is ``oppo`` with
 ``oracle: teacher``) is not on the leaderboard; its runs get the row's own name and run here.
 
@@ -88,6 +89,12 @@ def claim_runs(card: Card, seeds: int | None = None):
         raise ReproduceError(str(err)) from None
 
 
+def committed_records() -> list[Path]:
+    """The records read when none are given: the board's and the claims' own rows', each where
+    the checkout this package runs from has it (an installed wheel has neither)."""
+    return [p for p in (COMMITTED_RECORDS, COMMITTED_RECORDS.parent / OWN_ROWS) if p.exists()]
+
+
 def recorded(sources: list[Path]) -> set[str]:
     """The names of the finished runs the records hold."""
     from creditbench.harness.records.files import RunFormatError
@@ -133,7 +140,7 @@ def reproduce_claims(
             "--minutes N runs its cpu_scale recipe for a look at the ordering"
         )
     if records is None:
-        sources = [COMMITTED_RECORDS] if COMMITTED_RECORDS.exists() else []
+        sources = committed_records()
     else:
         sources = [Path(s) for s in records]
         for source in sources:

@@ -57,8 +57,35 @@ def method_plugins() -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+# The environment variables that pin the CPU kernels a run computes with: ATen's vectorised
+# kernels and MKL's matmul paths otherwise follow the machine's best instruction set, and sum in
+# another order on another CPU (the replay tests pin them: tests/replay_fixtures).
+KERNEL_PIN_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR")
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo`` where the system has one, else what the
+    platform reports), None when neither says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def kernel_pins() -> dict[str, str]:
+    """The kernel-pinning variables set in this process's environment (none by default)."""
+    return {name: os.environ[name] for name in KERNEL_PIN_VARIABLES if name in os.environ}
+
+
 def capture_environment() -> dict[str, Any]:
-    """Versions, git commit, device and threads: what a reader needs to rerun a run."""
+    """Versions, git commit, device, threads and CPU kernels: what a reader needs to rerun a
+    run and to know why its float statistics may differ in the last digits on another CPU
+    (``cpu_capability`` is the instruction set torch's CPU kernels use, ``kernel_pins`` the
+    variables that chose it, if any)."""
     packages: dict[str, str | None] = {}
     for name in ("creditbench", "torch", "transformers", "tokenizers", "datasets", "numpy"):
         try:
@@ -79,6 +106,9 @@ def capture_environment() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "allocator": allocator_setting(),
         "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "kernel_pins": kernel_pins(),
     }
 
 

@@ -1,0 +1,297 @@
+"""Compare a published run's records with a re-run of it (``creditbench verify``).
+
+Two runs of one config at one commit compute the same thing, so their records must match value
+for value, except what a clock or a folder decides: every ``"time"`` object (phase seconds,
+``wall_seconds``, ``budget_seconds``, a reference method's ``reference_seconds``) and the
+config's ``output_dir``. Everything else in ``config.yaml``, ``summary.json`` and every record
+of ``metrics.jsonl`` is compared leaf by leaf; a leaf is identical when its JSON text is (so
+``0.1`` and ``0.1000000001`` differ, and NaN equals NaN). A differing number carries its
+absolute and relative difference.
+
+A re-run on another CPU may sum floats in another order (torch picks its vectorised kernels by
+the machine's instruction set): counts, sampled outcomes and accuracies come back exactly, float
+statistics such as gradient norms may move in the 6th-7th significant digit. So the report
+groups the differences by key, with the largest difference of each, and sets the two runs'
+environments (CPU, kernel capability, torch, commit) side by side.
+
+Everything here is a pure function of records already read; running the re-run is
+``tools/cli/verify.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from creditbench.harness.records.files import RunFormatError, read_metric_lines, read_run_config
+
+CLOCK_KEY = "time"  # the object under which every record keeps its clocks
+PATH_KEYS = ("output_dir",)  # config fields that name where a run was written
+RECORD_FILES = ("config.yaml", "summary.json", "metrics.jsonl")
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """What ``creditbench verify`` reads of one run: its config, environment, summary and the
+    records of ``metrics.jsonl`` in file order."""
+
+    config: dict[str, Any]
+    environment: dict[str, Any]
+    summary: dict[str, Any]
+    metrics: list[dict[str, Any]]
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunFormatError(f"{path}: missing (not a finished run)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise RunFormatError(f"{path}: cannot read it as JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise RunFormatError(f"{path}: not a JSON object")
+    return data
+
+
+def read_records(run: Path) -> RunRecords:
+    """The records of the run folder ``run``; `RunFormatError` naming the file that is missing
+    or unreadable."""
+    if not (run / "config.yaml").is_file():
+        raise RunFormatError(f"{run / 'config.yaml'}: missing (not a run folder)")
+    return RunRecords(
+        config=read_run_config(run / "config.yaml"),
+        environment=_read_json_object(run / "environment.json"),
+        summary=_read_json_object(run / "summary.json"),
+        metrics=[record for _, record in read_metric_lines(run / "metrics.jsonl")],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One leaf that differs: ``key`` is its path in the record (``eval.sampled_accuracy``,
+    ``grad_norms[2]``), ``line`` its line in metrics.jsonl (None in the other files); a side
+    without the key holds `MISSING`."""
+
+    file: str
+    line: int | None
+    key: str
+    published: Any
+    rerun: Any
+
+    @property
+    def absolute(self) -> float | None:
+        """|published - rerun| for two finite numbers, else None."""
+        if not (_is_number(self.published) and _is_number(self.rerun)):
+            return None
+        return abs(float(self.published) - float(self.rerun))
+
+    @property
+    def relative(self) -> float | None:
+        """The absolute difference over the larger magnitude of the two, else None."""
+        absolute = self.absolute
+        if absolute is None:
+            return None
+        scale = max(abs(float(self.published)), abs(float(self.rerun)))
+        return absolute / scale if scale else 0.0
+
+    @property
+    def key_name(self) -> str:
+        """The key without list positions (``grad_norms[i]``): one name for every element."""
+        return re.sub(r"\[\d+\]", "[i]", self.key)
+
+
+MISSING = "<missing>"
+
+
+def _is_number(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """``(path, leaf)`` of a JSON value: objects by key, lists by position; clocks left out."""
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            if key == CLOCK_KEY:
+                continue
+            yield from _leaves(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list) and value:
+        for index, item in enumerate(value):
+            yield from _leaves(item, f"{path}[{index}]")
+    else:
+        yield path, value
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _compare_record(
+    file: str, line: int | None, published: Any, rerun: Any
+) -> tuple[int, list[Difference]]:
+    """(leaves compared, the differences) of one record and its re-run."""
+    mine, theirs = dict(_leaves(published)), dict(_leaves(rerun))
+    differences = []
+    for key in list(mine) + [key for key in theirs if key not in mine]:
+        a, b = mine.get(key, MISSING), theirs.get(key, MISSING)
+        if not _same(a, b):
+            differences.append(Difference(file, line, key, a, b))
+    return len(set(mine) | set(theirs)), differences
+
+
+@dataclass
+class Comparison:
+    """Every difference between two runs' records, and how much was compared."""
+
+    compared: int = 0  # leaves compared, over all files and records
+    differences: list[Difference] = field(default_factory=list)
+    metrics_lines: tuple[int, int] = (0, 0)  # records in each metrics.jsonl (published, re-run)
+
+    @property
+    def identical(self) -> bool:
+        return not self.differences
+
+    @property
+    def largest_relative(self) -> Difference | None:
+        """The numeric difference with the largest relative size, if any."""
+        numeric = [d for d in self.differences if d.relative is not None]
+        return max(numeric, key=lambda d: d.relative or 0.0, default=None)
+
+
+def compare_runs(published: RunRecords, rerun: RunRecords) -> Comparison:
+    """Compare config.yaml (less its paths), summary.json and metrics.jsonl record by record
+    (by line: a record one run has and the other has not differs in every key)."""
+    result = Comparison(metrics_lines=(len(published.metrics), len(rerun.metrics)))
+
+    def add(file: str, line: int | None, a: Any, b: Any) -> None:
+        compared, differences = _compare_record(file, line, a, b)
+        result.compared += compared
+        result.differences += differences
+
+    def without_paths(config: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in config.items() if key not in PATH_KEYS}
+
+    add("config.yaml", None, without_paths(published.config), without_paths(rerun.config))
+    add("summary.json", None, published.summary, rerun.summary)
+    lines = max(result.metrics_lines)
+    for index in range(lines):
+        a = published.metrics[index] if index < len(published.metrics) else {}
+        b = rerun.metrics[index] if index < len(rerun.metrics) else {}
+        add("metrics.jsonl", index + 1, a, b)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+
+
+@dataclass(frozen=True)
+class KeyDifferences:
+    """The differences of one key name in one file: in how many records, the largest one."""
+
+    file: str
+    key_name: str
+    records: int
+    largest: Difference  # by relative size where numeric, else the first
+
+
+def group_by_key(differences: list[Difference]) -> list[KeyDifferences]:
+    """One entry per (file, key name): first the keys whose values are not both numbers (a
+    text, a list's length, a key one side lacks), in file order; then the numeric ones, the
+    largest relative difference first."""
+    groups: dict[tuple[str, str], list[Difference]] = {}
+    for difference in differences:
+        groups.setdefault((difference.file, difference.key_name), []).append(difference)
+    out = []
+    for (file, key_name), members in groups.items():
+        numeric = [d for d in members if d.relative is not None]
+        largest = max(numeric, key=lambda d: d.relative or 0.0) if numeric else members[0]
+        records = len({d.line for d in members})
+        out.append(KeyDifferences(file, key_name, records, largest))
+    return sorted(
+        out, key=lambda g: (0.0, 0.0) if g.largest.relative is None else (1.0, -g.largest.relative)
+    )
+
+
+def _short(value: Any, width: int = 22) -> str:
+    text = value if value == MISSING else json.dumps(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _environment_rows(environment: dict[str, Any]) -> dict[str, str]:
+    """The fields of ``environment.json`` that decide whether floats can match bit for bit."""
+    packages = environment.get("packages") or {}
+    pins = environment.get("kernel_pins")
+    commit = environment.get("git_commit") or "not recorded"
+    return {
+        "commit": commit[:12] + (" (dirty)" if environment.get("git_dirty") else ""),
+        "CPU": environment.get("cpu_model") or "not recorded",
+        "kernel capability": environment.get("cpu_capability") or "not recorded",
+        "kernel pins": (
+            "not recorded"
+            if pins is None
+            else ", ".join(f"{k}={v}" for k, v in pins.items()) or "none"
+        ),
+        "torch": packages.get("torch") or "not recorded",
+        "threads": str(environment.get("torch_threads", "not recorded")),
+    }
+
+
+def format_comparison(
+    published: RunRecords, rerun: RunRecords, comparison: Comparison, max_keys: int = 30
+) -> str:
+    """The report a user reads in one screen: the two environments, what was compared, one
+    line per differing key (records where it differs, its largest difference), the verdict."""
+    lines = [f"{'':<18} {'published':<30} re-run"]
+    mine, theirs = _environment_rows(published.environment), _environment_rows(rerun.environment)
+    lines += [f"{name:<18} {mine[name]:<30} {theirs[name]}" for name in mine]
+    n_published, n_rerun = comparison.metrics_lines
+    records = (
+        f"{n_published} records"
+        if n_published == n_rerun
+        else f"{n_published} records published, {n_rerun} re-run"
+    )
+    identical = comparison.compared - len(comparison.differences)
+    lines += [
+        "",
+        f"compared {comparison.compared} values of {', '.join(RECORD_FILES)} ({records}; "
+        f"clocks and output_dir left out): {identical} identical, "
+        f"{len(comparison.differences)} differ",
+    ]
+    largest = comparison.largest_relative
+    if largest is not None:
+        lines.append(
+            f"largest relative difference {largest.relative:.2g} "
+            f"({largest.file} {largest.key}" + (f", line {largest.line})" if largest.line else ")")
+        )
+    groups = group_by_key(comparison.differences)
+    if groups:
+        lines += [
+            "",
+            f"{'file':<14} {'key':<34} {'records':>7}  {'largest abs':>11} {'rel':>8}  "
+            "published -> re-run (where largest)",
+        ]
+        for group in groups[:max_keys]:
+            d = group.largest
+            absolute = "" if d.absolute is None else f"{d.absolute:.3g}"
+            relative = "" if d.relative is None else f"{d.relative:.2g}"
+            lines.append(
+                f"{group.file:<14} {group.key_name:<34} {group.records:>7}  {absolute:>11} "
+                f"{relative:>8}  {_short(d.published)} -> {_short(d.rerun)}"
+            )
+        if len(groups) > max_keys:
+            lines.append(f"... and {len(groups) - max_keys} more keys")
+    lines += ["", "records identical" if comparison.identical else "records differ"]
+    return "\n".join(lines)

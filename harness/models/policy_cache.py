@@ -115,8 +115,9 @@ def shipped_policy(material: dict[str, Any], kind: str = "base") -> Path | None:
 
 
 @contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """An exclusive lock file, so parallel runs train a missing entry once (POSIX only)."""
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock file, so parallel processes make a missing cache entry once (a base
+    policy, a checkout of a commit) (POSIX only)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: no lock, at worst both train
@@ -158,7 +159,7 @@ def cached_build(
         shipped = shipped_policy(material, kind) if use_shipped else None
         if shipped is not None:
             return shipped
-    with _lock(root / kind / f".{key}.lock"):
+    with exclusive_lock(root / kind / f".{key}.lock"):
         if not force and read_manifest(entry) is not None:  # built meanwhile by another process
             return entry
         tmp = root / kind / f".{key}.tmp-{uuid.uuid4().hex[:8]}"

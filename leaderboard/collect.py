@@ -1,6 +1,7 @@
 """Collect finished runs under a results directory into one tidy table.
 
-A run directory is any folder holding ``config.yaml`` (read with :mod:`.files`).
+A run directory is any folder holding ``config.yaml``, and a run's records packed as
+``<run name>.tar.xz`` read as its folder (both found and read with :mod:`.files`).
 A run is read only when it is finished: ``summary.json`` parses and says ``"status":
 "finished"``. Everything else (no summary yet, a failed run, an unreadable file, a finished run
 without evaluations) is skipped with a warning that names the folder; a finished run whose
@@ -54,9 +55,14 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from creditbench.harness.records.files import (
+    DamagedRunError,
     RunFormatError,
+    find_runs,
+    is_run_archive,
     read_metric_lines,
+    read_record_bytes,
     read_run_config,
+    run_name,
     trapezoid,
 )
 
@@ -98,38 +104,6 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _find_run_dirs(root: Path) -> tuple[list[Path], list[str]]:
-    """Every folder under ``root`` holding config.yaml, each real folder once.
-
-    A run reached both directly and through a link is read at its direct path; links are
-    followed, but no real folder is walked twice (so a link cycle ends).
-    """
-    seen_dirs: set[str] = set()
-    reached: dict[str, list[Path]] = {}
-    for current, dirnames, filenames in os.walk(root, followlinks=True):
-        here = Path(current)
-        seen_dirs.add(os.path.realpath(here))
-        dirnames[:] = sorted(
-            d
-            for d in dirnames
-            if not d.startswith(".") and os.path.realpath(here / d) not in seen_dirs
-        )
-        if "config.yaml" in filenames:
-            dirnames[:] = []  # a run directory holds no other run
-            reached.setdefault(os.path.realpath(here), []).append(here)
-    warnings: list[str] = []
-    found = []
-    for paths in reached.values():
-        direct = sorted(paths, key=lambda p: (os.path.realpath(p) != os.path.abspath(p), str(p)))
-        found.append(direct[0])
-        for other in direct[1:]:
-            warnings.append(
-                f"{other.relative_to(root).as_posix()}: the same directory as "
-                f"{direct[0].relative_to(root).as_posix()} (a link); counted once"
-            )
-    return sorted(found), sorted(warnings)
-
-
 def config_text(config: dict[str, Any]) -> str:
     """A config as canonical JSON (sorted keys, no spaces), less :data:`NOT_A_SETTING`."""
     kept = {k: v for k, v in config.items() if k not in NOT_A_SETTING}
@@ -156,7 +130,9 @@ def run_record(config: dict[str, Any], environment: dict[str, Any]) -> dict[str,
 
 def _environment(run: Path) -> dict[str, Any]:
     try:
-        data = json.loads((run / "environment.json").read_text(encoding="utf-8"))
+        data = json.loads(read_record_bytes(run / "environment.json"))
+    except DamagedRunError:
+        raise
     except (OSError, ValueError):
         return {}  # a run without its environment has no provenance, and is still a result
     return data if isinstance(data, dict) else {}
@@ -191,18 +167,12 @@ def _run_seconds(summary: dict, records: list[dict]) -> dict[str, float]:
     return seconds
 
 
-class DamagedRunError(RunFormatError):
-    """A finished run whose records hold a line the harness never writes (damage on disk or a
-    hand edit): an error, not a skipped run, since a board without it would silently lose a
-    seed of its intervals."""
-
-
 def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict], dict[str, float]]:
     """(config, eval entries, step records, seconds) of a finished run; RunFormatError says why
     not."""
     config = read_run_config(run / "config.yaml")
     try:
-        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        summary = json.loads(read_record_bytes(run / "summary.json"))
     except FileNotFoundError:
         raise RunFormatError("unfinished (no summary.json)") from None
     except (OSError, ValueError) as err:
@@ -223,6 +193,8 @@ def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict], dict[s
         raise RunFormatError("corrupt config.yaml (no method name or integer seed)")
     try:
         records = [record for _, record in read_metric_lines(run / "metrics.jsonl")]
+    except DamagedRunError:
+        raise
     except RunFormatError as err:  # the harness never writes such a line: damage, or an edit
         raise DamagedRunError(f"{err}; repair or remove the run") from None
     by_fraction: dict[float, dict] = {}
@@ -358,10 +330,10 @@ def _labels(configs: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:
 
 def _read_folder(root: Path) -> tuple[dict[str, tuple], list[str]]:
     """``{rel: (config, environment, rows)}`` of the finished runs under ``root``, warnings."""
-    paths, warnings = _find_run_dirs(root)
+    paths, warnings = find_runs(root)
     read: dict[str, tuple] = {}
     for path in paths:
-        rel = path.relative_to(root).as_posix() or "."
+        rel = path.with_name(run_name(path)).relative_to(root).as_posix() if path != root else "."
         try:
             config, evals, steps, seconds = _read_run(path)
         except DamagedRunError:
@@ -397,7 +369,7 @@ def collect_runs(sources: str | Path | Iterable[str | Path]) -> tuple[pd.DataFra
     read: dict[str, tuple] = {}
     warnings: list[str] = []
     for source in paths:
-        if source.is_dir():
+        if source.is_dir() or is_run_archive(source):
             found, notes = _read_folder(source)
         elif source.is_file():
             found, notes = read_records(source), []

@@ -9,12 +9,23 @@ imports the standard library, PyYAML and the reference loader only: reading a bo
 torch.
 
 Writes are atomic: a reader sees the old file or the new one, never a part of one.
+
+A finished run's records are committed packed: ``<run name>.tar.xz`` beside where its folder
+would be, holding the four :data:`RECORD_FILES` at the archive's top level, byte for byte
+(:func:`pack_run`). Readers treat such an archive as the run folder of that name: they list a
+results folder's runs with :func:`find_runs` and read a record with :func:`read_record_bytes`
+(``<folder or archive>/<file>``), so no reader checks which form it holds.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
+import io
 import json
+import lzma
 import os
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,6 +37,12 @@ from creditbench.reference.yaml_loading import load_yaml
 
 class RunFormatError(ValueError):
     """A run-directory file that cannot be read as the format says; the message names it."""
+
+
+class DamagedRunError(RunFormatError):
+    """A finished run's records that are damaged (an archive that does not unpack, a line the
+    harness never writes): an error, not a run to skip, since a board without it would silently
+    lose a seed of its intervals."""
 
 
 def fsync_dir(path: Path) -> None:
@@ -88,7 +105,7 @@ def read_run_config(path: str | Path) -> dict[str, Any]:
     """The mapping in a run's ``config.yaml`` at ``path``."""
     path = Path(path)
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        data = load_yaml(read_record_text(path))
     except UnicodeDecodeError as err:
         raise RunFormatError(f"{path}: not UTF-8 text (byte {err.start})") from None
     except yaml.YAMLError as err:
@@ -115,7 +132,7 @@ def read_metric_lines(
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_record_text(path)
     except FileNotFoundError:
         return []
     except UnicodeDecodeError:
@@ -146,3 +163,168 @@ def trapezoid(xs: list[float], ys: list[float]) -> float:
     return sum(
         (x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:], strict=False)
     )
+
+
+# A finished run's committed records: one xz-compressed tar per run (module doc).
+RECORD_FILES = ("config.yaml", "environment.json", "metrics.jsonl", "summary.json")
+ARCHIVE_SUFFIX = ".tar.xz"
+# xz's default preset: on records (each run's well under its 8 MiB dictionary) presets 9 and
+# 9|extreme pack no smaller (docs/results/index.md gives the measurement), at 4x the time and
+# 7x the memory.
+XZ_PRESET = 6
+
+
+def is_run_archive(path: str | Path) -> bool:
+    """Whether ``path`` is a run's records packed by :func:`pack_run` (by its name)."""
+    path = Path(path)
+    return path.name.endswith(ARCHIVE_SUFFIX) and path.is_file()
+
+
+def run_name(path: str | Path) -> str:
+    """The run's name of its folder or its archive: ``runs/grpo-s0.tar.xz`` -> ``grpo-s0``."""
+    name = Path(path).name
+    return name[: -len(ARCHIVE_SUFFIX)] if name.endswith(ARCHIVE_SUFFIX) else name
+
+
+def pack_run(run_dir: str | Path, dest_folder: str | Path) -> Path:
+    """Pack the finished run at ``run_dir`` into ``dest_folder/<run name>.tar.xz``; its path.
+
+    The archive holds the four :data:`RECORD_FILES` at its top level, byte for byte, in that
+    order, each with mode 0644, owner 0 and time 0, so packing one run twice gives the same
+    bytes (a re-synced run is no change to commit). It is written atomically: a sync killed
+    mid-write leaves no archive, or the old one, never a part of one. An archive of that name is
+    replaced; whether it may be is the caller's decision.
+
+    Raises:
+        RunFormatError: a record file is missing or unreadable (only a finished run's records
+            are packed); nothing is written.
+    """
+    run_dir = Path(run_dir)
+    tar_bytes = io.BytesIO()
+    with tarfile.open(fileobj=tar_bytes, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in RECORD_FILES:
+            try:
+                data = (run_dir / name).read_bytes()
+            except OSError as err:
+                raise RunFormatError(
+                    f"{run_dir / name}: cannot pack the run ({err.strerror}); "
+                    "only a finished run's records are packed"
+                ) from None
+            member = tarfile.TarInfo(name)
+            member.size, member.mode, member.mtime = len(data), 0o644, 0
+            tar.addfile(member, io.BytesIO(data))
+    packed = lzma.compress(
+        tar_bytes.getvalue(), format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=XZ_PRESET
+    )
+    archive = Path(dest_folder) / f"{Path(os.path.abspath(run_dir)).name}{ARCHIVE_SUFFIX}"
+    atomic_write_bytes(archive, packed)
+    return archive
+
+
+@functools.lru_cache(maxsize=8)
+def _archive_members(path: str, stamp: tuple[int, int, int]) -> dict[str, bytes]:
+    """``{file name: bytes}`` of a run archive; ``stamp`` (inode, mtime, size) keys the cache, so
+    an archive replaced on disk is read anew. A reader asks for one run's files in turn: the
+    archive is unpacked once for all of them."""
+    members: dict[str, bytes] = {}
+    try:
+        with tarfile.open(path, mode="r:xz") as tar:
+            for member in tar:
+                extracted = tar.extractfile(member) if member.isfile() else None
+                if extracted is None or "/" in member.name:
+                    raise DamagedRunError(
+                        f"{path}: not a run archive (its member {member.name!r} is not a file "
+                        "at the top level)"
+                    )
+                members[member.name] = extracted.read()
+    except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as err:
+        reason = str(err) or type(err).__name__
+        raise DamagedRunError(
+            f"{path}: damaged run archive ({reason}); restore it from git or re-pack the run"
+        ) from None
+    missing = [name for name in RECORD_FILES if name not in members]
+    if missing:
+        raise DamagedRunError(f"{path}: not a run archive (no {', '.join(missing)})")
+    return members
+
+
+def read_record_bytes(path: str | Path) -> bytes:
+    """The bytes of one record file of a run, ``<run folder or archive>/<file name>``.
+
+    Raises:
+        FileNotFoundError: the run has no such file (in its folder or in its archive).
+        DamagedRunError: the run's archive does not unpack; the message names it.
+    """
+    path = Path(path)
+    archive = path.parent
+    if not is_run_archive(archive):
+        return path.read_bytes()
+    info = archive.stat()
+    members = _archive_members(str(archive), (info.st_ino, info.st_mtime_ns, info.st_size))
+    if path.name not in members:
+        raise FileNotFoundError(errno.ENOENT, "not in the run's archive", str(path))
+    return members[path.name]
+
+
+def read_record_text(path: str | Path) -> str:
+    """:func:`read_record_bytes` as UTF-8 text with universal newlines (as ``Path.read_text``).
+
+    Raises:
+        UnicodeDecodeError: not UTF-8 text; and what :func:`read_record_bytes` raises.
+    """
+    text = read_record_bytes(path).decode("utf-8")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def find_runs(root: str | Path) -> tuple[list[Path], list[str]]:
+    """Every run under ``root``, sorted: each folder holding ``config.yaml`` and each
+    ``<name>.tar.xz`` (:func:`pack_run`), read alike through :func:`read_record_bytes`; and
+    warnings. ``root`` may itself be a run folder or archive.
+
+    A run reached both directly and through a link is read at its direct path, with a warning;
+    links are followed, but no real folder is walked twice (so a link cycle ends).
+
+    Raises:
+        RunFormatError: a run present both as a folder and as an archive in one folder (a sync
+            or a conversion stopped half-way): which holds the record is not for a reader to
+            guess, so the message names both.
+    """
+    root = Path(root)
+    if is_run_archive(root):
+        return [root], []
+    seen_dirs: set[str] = set()
+    reached: dict[str, list[Path]] = {}
+    for current, dirnames, filenames in os.walk(root, followlinks=True):
+        here = Path(current)
+        seen_dirs.add(os.path.realpath(here))
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if not d.startswith(".") and os.path.realpath(here / d) not in seen_dirs
+        )
+        if "config.yaml" in filenames:
+            dirnames[:] = []  # a run directory holds no other run
+            reached.setdefault(os.path.realpath(here), []).append(here)
+            continue
+        archives = [f for f in filenames if f.endswith(ARCHIVE_SUFFIX) and not f.startswith(".")]
+        for name in sorted(archives):
+            twin = here / run_name(name)
+            if (twin / "config.yaml").is_file():
+                raise RunFormatError(
+                    f"{twin} and {here / name}: one run both as a folder and as an archive; "
+                    "keep one (the archive, once it reads back as the folder)"
+                )
+            reached.setdefault(os.path.realpath(here / name), []).append(here / name)
+    warnings: list[str] = []
+    found = []
+    for paths in reached.values():
+        direct = sorted(paths, key=lambda p: (os.path.realpath(p) != os.path.abspath(p), str(p)))
+        found.append(direct[0])
+        for other in direct[1:]:
+            warnings.append(
+                f"{other.relative_to(root).as_posix()}: the same "
+                f"{'directory' if other.is_dir() else 'archive'} as "
+                f"{direct[0].relative_to(root).as_posix()} (a link); counted once"
+            )
+    # in the order of the runs' names, as if every run were a folder
+    return sorted(found, key=lambda p: p.with_name(run_name(p))), sorted(warnings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,119 @@ def test_a_missing_record_differs(tmp_path):
     comparison = compare_runs(read_records(published), read_records(copy))
     assert comparison.metrics_lines == (9, 8) and not comparison.identical
     assert {d.line for d in comparison.differences} == {9}
+
+
+# --- the verb -------------------------------------------------------------------------------------
+
+
+def _verify(argv: list[str], capsys) -> tuple[int, str, str]:
+    from creditbench.tools.cli.main import main
+
+    code = main(["verify", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err.strip()
+
+
+@pytest.mark.parametrize(
+    ("environment", "budget", "message"),
+    [
+        ({"git_commit": None, "git_dirty": None}, "flops", "git_commit is not recorded"),
+        ({"git_commit": "1" * 40, "git_dirty": True}, "flops", "had uncommitted changes"),
+        ({"git_commit": "1" * 40}, "flops", "git_dirty: the checkout the run was made from is"),
+        ({"git_commit": "1" * 40, "git_dirty": False}, "seconds", "budget.unit is seconds"),
+        ({"git_commit": "1" * 40, "git_dirty": False}, "flops", "no such commit"),
+    ],
+    ids=["no commit", "dirty", "dirty unknown", "wall-clock budget", "unknown commit"],
+)
+def test_a_run_that_cannot_be_rerun_is_one_line_exit_2(
+    tmp_path, capsys, monkeypatch, environment, budget, message
+):
+    monkeypatch.setenv("CREDITBENCH_CACHE", str(tmp_path / "cache"))
+    run = make_run(tmp_path, "grpo-s0", "grpo", 0, environment=environment, budget={"unit": budget})
+    code, out, err = _verify([str(run.path)], capsys)
+    assert code == 2 and message in err
+    assert len(err.splitlines()) == 1 and err.startswith("creditbench verify: error:")
+    assert not (tmp_path / "cache").exists() and out == ""
+
+
+def test_no_such_run_and_a_scratch_folder_in_use_are_one_line_exit_2(tmp_path, capsys):
+    code, _, err = _verify([str(tmp_path / "nothing")], capsys)
+    assert code == 2 and err == (
+        f"creditbench verify: error: RUN: {tmp_path / 'nothing'}: no such run folder or archive"
+    )
+    (tmp_path / "empty").mkdir()
+    code, _, err = _verify([str(tmp_path / "empty")], capsys)
+    assert code == 2 and "config.yaml: missing (not a run folder)" in err
+    run = make_run(tmp_path, "grpo-s0", "grpo", 0)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "mine.txt").write_text("x")
+    code, _, err = _verify([str(run.path), "--scratch", str(tmp_path / "busy")], capsys)
+    assert code == 2 and err.endswith(
+        "--scratch: " + str(tmp_path / "busy") + " is not empty; choose a new folder"
+    )
+
+
+TINY_RUN = [
+    "--set",
+    "task_options.steps=2",
+    "--set",
+    "rollout.prompts_per_step=2",
+    "--set",
+    "rollout.group_size=4",
+    "--set",
+    "rollout.max_new_tokens=16",
+    "--set",
+    "budget.unit=steps",
+    "--set",
+    "budget.amount=2",
+    "--set",
+    "budget.eval_fractions=[0.0, 1.0]",
+    "--set",
+    "eval.n_problems=4",
+]
+
+
+@pytest.fixture
+def head_checkout(tmp_path, monkeypatch):
+    """A clean worktree of HEAD in a temporary cache (the one verify uses too), removed from
+    the repository's worktree list afterwards."""
+    from creditbench.tools.campaign.worktrees import REPOSITORY, CheckoutError, checkout
+
+    monkeypatch.setenv("CREDITBENCH_CACHE", str(tmp_path / "cache"))
+    try:
+        head = checkout("HEAD")
+    except CheckoutError as err:
+        pytest.skip(f"no git checkout to re-run from: {err}")
+    yield head
+    subprocess.run(["git", "-C", str(REPOSITORY), "worktree", "remove", "--force", str(head)])
+
+
+@pytest.mark.slow
+def test_verify_reruns_a_run_at_its_commit_and_reports_a_planted_change(
+    nano_policy, head_checkout, tmp_path, capsys
+):
+    """A run made by HEAD's own CLI (a clean checkout in a temporary cache), with one metric
+    changed afterwards: verify re-runs it at HEAD, finds every other record identical, names
+    the planted one with its difference, and exits 1."""
+    from creditbench.tools.campaign.worktrees import pinned_cli
+
+    head = head_checkout
+    made = subprocess.run(
+        [*pinned_cli(head), "train", "--method", "grpo", "--output", str(tmp_path / "published")]
+        + ["--name", "tiny", "--threads", "1", "--quiet", "--set", f"model.path={nano_policy}"]
+        + TINY_RUN,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    run = tmp_path / "published" / "tiny"
+    assert json.loads((run / "environment.json").read_text())["git_dirty"] is False
+    planted = json.loads((run / "metrics.jsonl").read_text().splitlines()[1])["reward_mean"]
+    _edit_metrics_line(run / "metrics.jsonl", 2, lambda r: r.update(reward_mean=planted + 0.5))
+
+    code, out, err = _verify([str(run), "--scratch", str(tmp_path / "scratch"), "--quiet"], capsys)
+    assert code == 1, err
+    rows = [line.split() for line in out.splitlines() if line.startswith("metrics.jsonl ")]
+    assert [row[1:3] for row in rows] == [["reward_mean", "1"]]
+    assert f"{planted + 0.5} -> {planted}" in out and out.rstrip().endswith("records differ")
+    assert not (tmp_path / "scratch").exists()  # removed without --keep

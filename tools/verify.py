@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from creditbench.harness.records.files import RunFormatError, read_metric_lines, read_run_config
+from creditbench.harness.records.provenance import KERNEL_PIN_VARIABLES
 
 CLOCK_KEY = "time"  # the object under which every record keeps its clocks
 PATH_KEYS = ("output_dir",)  # config fields that name where a run was written
@@ -37,9 +38,10 @@ RECORD_FILES = ("config.yaml", "summary.json", "metrics.jsonl")
 
 @dataclass(frozen=True)
 class RunRecords:
-    """What ``creditbench verify`` reads of one run: its config, environment, summary and the
-    records of ``metrics.jsonl`` in file order."""
+    """What ``creditbench verify`` reads of one run: its config (parsed, and its text for the
+    re-run to read), environment, summary and the records of ``metrics.jsonl`` in file order."""
 
+    config_text: str
     config: dict[str, Any]
     environment: dict[str, Any]
     summary: dict[str, Any]
@@ -64,11 +66,55 @@ def read_records(run: Path) -> RunRecords:
     if not (run / "config.yaml").is_file():
         raise RunFormatError(f"{run / 'config.yaml'}: missing (not a run folder)")
     return RunRecords(
+        config_text=(run / "config.yaml").read_text(encoding="utf-8"),
         config=read_run_config(run / "config.yaml"),
         environment=_read_json_object(run / "environment.json"),
         summary=_read_json_object(run / "summary.json"),
         metrics=[record for _, record in read_metric_lines(run / "metrics.jsonl")],
     )
+
+
+def cannot_rerun(records: RunRecords) -> str | None:
+    """Why the run cannot be re-run at its commit (one line naming the field), or None."""
+    environment = records.environment
+    if not environment.get("git_commit"):
+        return (
+            "environment.json: git_commit is not recorded; only a run made from a git checkout "
+            "of creditbench can be re-run at its commit"
+        )
+    if environment.get("git_dirty") is not False:
+        state = "had uncommitted changes" if environment.get("git_dirty") else "is not recorded"
+        return (
+            f"environment.json: git_dirty: the checkout the run was made from {state}, so its "
+            f"code is not commit {environment['git_commit'][:7]}'s"
+        )
+    if (records.config.get("budget") or {}).get("unit") == "seconds":
+        return (
+            "config.yaml: budget.unit is seconds: the run stopped at a wall-clock time, which no "
+            "re-run reproduces"
+        )
+    if not records.config.get("run_name"):
+        return "config.yaml: run_name is not recorded; the re-run's folder needs it"
+    return None
+
+
+def rerun_environment(published: dict[str, Any], here: dict[str, str]) -> dict[str, str]:
+    """The process environment of the re-run: this one's (``here``), with the published run's
+    kernel pins exactly (those it did not record removed, where it recorded its pins), the
+    torch threads it recorded for OpenMP and MKL too (as ``creditbench bench`` starts a run),
+    and no GPU visible to a run that ran on the CPU."""
+    out = dict(here)
+    pins = published.get("kernel_pins")
+    if isinstance(pins, dict):
+        for name in KERNEL_PIN_VARIABLES:
+            out.pop(name, None)
+        out.update({str(k): str(v) for k, v in pins.items()})
+    threads = published.get("torch_threads")
+    if isinstance(threads, int) and threads >= 1:
+        out["OMP_NUM_THREADS"] = out["MKL_NUM_THREADS"] = str(threads)
+    if published.get("cuda") is None:
+        out["CUDA_VISIBLE_DEVICES"] = ""
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from creditbench.tools.cli.perf import add_perf_command
 from creditbench.tools.cli.reproduce import add_reproduce_commands
 from creditbench.tools.cli.train import add_train_command
 from creditbench.tools.cli.values import add_values_command
+from creditbench.tools.cli.verify import add_verify_command
 
 
 class _UsageError(Exception):
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_leaderboard_commands(sub)
     add_explain_command(sub)
     add_reproduce_commands(sub)
+    add_verify_command(sub)
     return parser
 
 

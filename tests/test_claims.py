@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from fake_runs import make_run
 from test_cards import minimal_card, write
+from test_standard_board import CAMPAIGN
 
 from creditbench.leaderboard.claims import (
     CONTRADICTED,
@@ -241,6 +242,7 @@ def test_reproduce_reads_the_committed_claims_rows_beside_the_board_by_default(
     assert "20 runs, 20 in the records" in out and "0 to run" in out
 
 
+@pytest.mark.records  # the committed records against this code's cards
 def test_the_committed_records_hold_every_run_of_the_cards_with_rows_of_their_own(capsys):
     """The campaign ran the claims' own rows (docs/testbed.md): reproducing OPPO's and GTPO's
     claims from this checkout reads all their runs and trains none."""
@@ -252,7 +254,9 @@ def test_the_committed_records_hold_every_run_of_the_cards_with_rows_of_their_ow
         assert main(["reproduce", card_id, "--scale", "cpu", "--dry-run"]) == 0
         out = capsys.readouterr().out
         runs, in_records = re.search(r"(\d+) runs, (\d+) in the records", out).groups()
-        assert "claims-rows" in out and runs == in_records and out.count(", 0 to run") == 1
+        assert "claims-rows" in out and runs == in_records and out.count(", 0 to run") == 1, (
+            f"{card_id}: the committed records lack runs its claims need: {CAMPAIGN}"
+        )
 
 
 def test_reproduce_refuses_records_that_do_not_exist(tmp_path):

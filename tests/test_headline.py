@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fake_runs import make_run
+from test_standard_board import CAMPAIGN
 
 from creditbench.leaderboard import render
 from creditbench.leaderboard.explain import credit_html, shown_columns
@@ -97,6 +98,7 @@ def test_records_without_the_hard_setting_give_no_headline(tmp_path):
         headline_block(runs)
 
 
+@pytest.mark.records  # the committed records against this code: their own step of .ci/run
 def test_the_home_page_headline_is_the_one_its_committed_records_give():
     """With the standard board committed, the home page's blocks are recomputed from its
     records and must match, and the credit picture shows the methods its block names; before
@@ -107,8 +109,9 @@ def test_the_home_page_headline_is_the_one_its_committed_records_give():
         assert current(page) is None, "a computed headline without the records it comes from"
         return
     home = home_blocks(records, reps=2000)
-    assert current(page) == home.headline, "rerun scripts/home_headline.py"
-    assert current(page, CREDIT_START, CREDIT_END) == home.credit, "rerun scripts/home_headline.py"
+    stale = f"docs/index.md is not the page this code renders from the records: {CAMPAIGN}"
+    assert current(page) == home.headline, stale
+    assert current(page, CREDIT_START, CREDIT_END) == home.credit, stale
     if "](" in home.headline:  # the gain figure, once GRPO's runs are in
         figure = home.headline.split("](", 1)[1].split(")", 1)[0]
         # the figure plots the numbers these records give, in the board's order
@@ -116,12 +119,12 @@ def test_the_home_page_headline_is_the_one_its_committed_records_give():
         rows = ranked(frame[frame["method"] != "grpo"])
         expected = rows[["method", *FOREST_COLUMNS]].values.tolist()
         drawn = drawn_numbers((ROOT / "docs" / figure).read_bytes())
-        assert drawn is not None and [r[0] for r in drawn] == [r[0] for r in expected], "rerender"
+        assert drawn is not None and [r[0] for r in drawn] == [r[0] for r in expected], stale
         for mine, theirs in zip(drawn, expected, strict=True):
-            assert mine[1:] == pytest.approx(theirs[1:], abs=1e-6, nan_ok=True), mine[0]
+            assert mine[1:] == pytest.approx(theirs[1:], abs=1e-6, nan_ok=True), (mine[0], stale)
     picture = ROOT / "docs" / PICTURE
     shown = shown_columns((picture / "credit.html").read_text(encoding="utf-8"))
-    assert shown == home.methods, "rerun scripts/home_headline.py with --explain"
+    assert shown == home.methods, stale
     assert (picture / "credit.png").is_file()
 
 

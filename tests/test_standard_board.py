@@ -4,22 +4,32 @@ A contributor runs only their method's seeds of the standard suite and renders t
 committed records: ``creditbench leaderboard docs/results/standard/runs.csv runs/mine --out b``.
 Their method must be placed on the board's GRPO (0) -> oracle (1) scale, paired with GRPO's
 committed seeds, exactly as a committed method with the same runs is.
+
+The other checks here tie the committed records to this code (the board, the claims page and
+the manifests rendered from them; each method's runs from one clean commit whose replay fixture
+is the checkout's; the campaign's pins). They are marked ``records``: a step of ``.ci/run`` of
+their own (``python -m pytest -m records``), so a code change that moves a method's fixture
+fails there, naming the campaign that re-runs the method, and nowhere else.
 """
 
 from __future__ import annotations
 
+import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
+from creditbench.harness.records.files import RECORD_FILES, find_runs, read_record_bytes, run_name
 from creditbench.tools.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDARD = ROOT / "docs" / "results" / "standard"
 HARD = "chain-hard-steps=10-slip_rate=0.1-weak_slip_rate=0.3-direct_slip_rate=0.65"
 COMMITTED = "dfpo"  # any committed method with at least 5 hard seeds
+# What brings the committed records back in line with the code: the campaign re-runs what a
+# change invalidated (after re-pinning it) and re-renders the board, the claims and the home page.
+CAMPAIGN = "creditbench campaign tools/campaigns/standard.yaml"
 
 
 def row(page: str, method: str) -> list[str]:
@@ -34,15 +44,18 @@ def row(page: str, method: str) -> list[str]:
 def test_a_newcomers_runs_are_placed_on_the_committed_boards_scale(tmp_path: Path) -> None:
     assert (STANDARD / "runs.csv").is_file(), "the standard board's records are committed"
     mine = tmp_path / "mine"
-    runs = sorted(STANDARD.glob(f"{HARD}-{COMMITTED}-s*"))
+    prefix = f"{HARD}-{COMMITTED}-s"
+    runs = [run for run in find_runs(STANDARD)[0] if run_name(run).startswith(prefix)]
     assert len(runs) >= 5, "positions need 5 seeds"
     for run in runs:  # the newcomer's method: the same records under another name
-        seed = run.name.rsplit("-s", 1)[1]
+        seed = run_name(run).rsplit("-s", 1)[1]
         target = mine / f"{HARD}-mine-s{seed}"
-        shutil.copytree(run, target)
-        for name in ("config.yaml", "summary.json"):
-            text = (target / name).read_text(encoding="utf-8")
-            (target / name).write_text(text.replace(COMMITTED, "mine"), encoding="utf-8")
+        target.mkdir(parents=True)
+        for name in RECORD_FILES:
+            data = read_record_bytes(run / name)
+            if name in ("config.yaml", "summary.json"):
+                data = data.replace(COMMITTED.encode(), b"mine")
+            (target / name).write_bytes(data)
 
     board = tmp_path / "b"
     argv = ["leaderboard", str(STANDARD / "runs.csv"), str(mine), "--out", str(board)]
@@ -58,6 +71,7 @@ def test_a_newcomers_runs_are_placed_on_the_committed_boards_scale(tmp_path: Pat
     assert not (STANDARD / "mine").exists() and "mine" not in (STANDARD / "runs.csv").read_text()
 
 
+@pytest.mark.records
 def test_the_committed_board_is_the_one_its_committed_records_give() -> None:
     """docs/results/standard/leaderboard.csv must come from the runs.csv beside it (its
     settings, each one's methods in rank order, seeds, AUC gains and positions): a records
@@ -72,17 +86,22 @@ def test_the_committed_board_is_the_one_its_committed_records_give() -> None:
     table, _ = collect_runs([STANDARD / "runs.csv"])
     fresh = summarize(table)["methods"]
     committed = pd.read_csv(STANDARD / "leaderboard.csv")
-    assert set(fresh["options"]) == set(committed["options"]), "rerun creditbench leaderboard"
+    stale = f"the committed board is not the one this code renders: {CAMPAIGN}"
+    assert set(fresh["options"]) == set(committed["options"]), stale
     columns = ["method", "n_seeds", "gain_auc", "gain_auc_low", "gain_auc_high", "position"]
     for options, board in committed.groupby("options"):
         mine = ranked(fresh[fresh["options"] == options].reset_index(drop=True))
         board = board.reset_index(drop=True)
-        assert list(mine["method"]) == list(board["method"]), "rerun creditbench leaderboard"
-        pd.testing.assert_frame_equal(
-            mine[columns].reset_index(drop=True), board[columns], check_dtype=False, atol=1e-9
-        )
+        assert list(mine["method"]) == list(board["method"]), stale
+        try:
+            pd.testing.assert_frame_equal(
+                mine[columns].reset_index(drop=True), board[columns], check_dtype=False, atol=1e-9
+            )
+        except AssertionError as err:
+            raise AssertionError(f"{options}: {stale}\n{err}") from None
 
 
+@pytest.mark.records
 def test_the_claims_page_is_the_one_its_committed_records_give(tmp_path, monkeypatch) -> None:
     """docs/results/claims.md is `creditbench claims` over the committed records (the standard
     board's, and the claims' own rows once they exist), as docs/reproducing.md says."""
@@ -93,7 +112,9 @@ def test_the_claims_page_is_the_one_its_committed_records_give(tmp_path, monkeyp
     out = tmp_path / "claims.md"
     assert main(["claims", *sources, "--out", str(out)]) == 0
     committed = (ROOT / "docs" / "results" / "claims.md").read_text(encoding="utf-8")
-    assert out.read_text(encoding="utf-8") == committed, "rerun creditbench claims"
+    assert out.read_text(encoding="utf-8") == committed, (
+        f"docs/results/claims.md is not the page this code renders from the records: {CAMPAIGN}"
+    )
 
 
 def committed_runs():
@@ -106,33 +127,41 @@ def committed_runs():
 
 def registered_method_commits() -> set[tuple[str, str]]:
     """``(registered method, commit)`` of every committed run: the board's and the claims' own
-    rows (a claims row such as ``oppo_teacher`` runs a registered method with options)."""
+    rows (a claims row such as ``oppo_teacher`` runs a registered method with options, which
+    its config, recorded in ``runs.csv``, names)."""
     import pandas as pd
-    import yaml
 
     pairs = set()
     for folder in (STANDARD, ROOT / "docs" / "results" / "claims-rows"):
         if not (folder / "runs.csv").is_file():
             continue
-        runs = pd.read_csv(folder / "runs.csv")
-        for run, commit in runs[runs["kind"] == "run"][["run", "commit"]].itertuples(index=False):
-            config = yaml.safe_load((folder / run / "config.yaml").read_text())
-            pairs.add((config["method"], str(commit)))
+        runs = pd.read_csv(folder / "runs.csv", dtype={"commit": str})
+        for config, commit in runs[runs["kind"] == "run"][["config", "commit"]].itertuples(
+            index=False
+        ):
+            pairs.add((json.loads(config)["method"], str(commit)))
     return pairs
 
 
+@pytest.mark.records
 def test_each_methods_committed_runs_come_from_one_clean_commit() -> None:
     """The campaign's rule: every run of a method comes from one pinned clean clone, whose
     commit each run records (a fixture change re-runs the method from a new one)."""
     runs = committed_runs()
-    assert runs["commit"].notna().all(), "every run records its commit"
-    assert not runs["git_dirty"].astype(bool).any(), "no run from a dirty tree"
+    assert runs["commit"].notna().all(), f"every run records its commit: {CAMPAIGN}"
+    assert not runs["git_dirty"].astype(bool).any(), f"no run from a dirty tree: {CAMPAIGN}"
     commits = runs.groupby("method")["commit"].nunique()
-    assert (commits == 1).all(), f"methods run from several commits: {commits[commits > 1]}"
-    folders = {p.name for p in STANDARD.iterdir() if (p / "summary.json").is_file()}
-    assert folders == set(runs["run"]), "runs.csv lists exactly the committed run folders"
+    assert (commits == 1).all(), (
+        f"methods run from several commits: {', '.join(commits[commits > 1].index)}; re-run "
+        f"them from their pinned commit: {CAMPAIGN}"
+    )
+    committed = {run_name(p) for p in find_runs(STANDARD)[0]}
+    assert committed == set(runs["run"]), (
+        f"runs.csv lists other runs than the committed records (folders or archives): {CAMPAIGN}"
+    )
 
 
+@pytest.mark.records
 def test_each_methods_replay_fixture_is_the_one_its_committed_runs_were_made_with() -> None:
     """A change that alters a method's replay fixture (its advantages on the recorded batches)
     invalidates its committed runs: they would no longer be this code's numbers. The fixture at
@@ -154,11 +183,13 @@ def test_each_methods_replay_fixture_is_the_one_its_committed_runs_were_made_wit
         if then.stdout != (ROOT / fixture).read_text():
             changed.append(f"{method} (runs at {str(commit)[:7]})")
     assert not changed, (
-        f"replay fixtures changed since the committed runs: {', '.join(changed)}; re-run these "
-        "methods at the new commit (scripts/campaign.sh PINS) or undo the change"
+        f"replay fixtures changed since the committed runs: {', '.join(changed)}; their runs are "
+        f"no longer this code's numbers. Pin these methods to the new commit in "
+        f"tools/campaigns/standard.yaml and re-run them: {CAMPAIGN} (or undo the change)"
     )
 
 
+@pytest.mark.records
 def test_the_campaign_script_pins_every_builtin_method_once_at_its_runs_commit() -> None:
     """``scripts/campaign.sh`` runs each builtin method (the oracle included) from one pinned
     commit: a method it forgets never joins the board, and a committed run from another
@@ -179,30 +210,36 @@ def test_the_campaign_script_pins_every_builtin_method_once_at_its_runs_commit()
         assert str(commit).startswith(commit_of[method]), (method, commit)
 
 
+@pytest.mark.records
 def test_every_committed_figure_of_the_board_is_shown_somewhere() -> None:
     """A render writes figures named after the settings; a figure a later render no longer
     names would otherwise stay committed beside the board, stale, with nothing pointing to it."""
     pages = [p.read_text(encoding="utf-8") for p in (ROOT / "docs").rglob("*.md")]
     orphans = [f.name for f in STANDARD.glob("*.png") if not any(f.name in p for p in pages)]
-    assert orphans == [], f"figures no page shows (left by an earlier render?): {orphans}"
+    assert orphans == [], (
+        f"figures no page shows (left by an earlier render?): {orphans}; remove them and "
+        f"re-render: {CAMPAIGN}"
+    )
 
 
+@pytest.mark.records
 def test_the_committed_suite_manifest_is_the_campaigns_plan_for_the_committed_records() -> None:
     """The board says how many of the campaign's runs it holds; the plan it counts against
     must be the one the easy-seeds rule gives for the committed records, over the suite's runs
     (a stale or hand-edited plan would misstate what is left)."""
     import importlib.util
-    import json
 
     spec = importlib.util.spec_from_file_location("easy_seeds", ROOT / "scripts" / "easy_seeds.py")
     easy_seeds = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(easy_seeds)
     plan = easy_seeds.campaign_manifest(str(STANDARD / "runs.csv"))
     committed = json.loads((STANDARD / "suite-standard.json").read_text())
-    assert committed.get("plan") == plan["plan"], "the committed manifest names no plan"
-    assert {r["name"] for r in committed["runs"]} == {r["name"] for r in plan["runs"]}
+    stale = f"docs/results/standard/suite-standard.json is not the campaign's plan: {CAMPAIGN}"
+    assert committed.get("plan") == plan["plan"], stale
+    assert {r["name"] for r in committed["runs"]} == {r["name"] for r in plan["runs"]}, stale
 
 
+@pytest.mark.records
 def test_the_claims_own_rows_are_counted_against_every_cards_variant_rows() -> None:
     """The claims page says how many of the claims' own rows its verdicts stand on: their
     manifest must list every card row the board does not run, at the standard suite's runs of
@@ -223,7 +260,9 @@ def test_the_claims_own_rows_are_counted_against_every_cards_variant_rows() -> N
     for row in ("grpo_s", "oppo_teacher", "dapo_oppo", "dapo_oppo_teacher"):
         assert sorted(r.seed for r in own if r.entry == row) == list(range(10)), row
     board = json.loads((STANDARD / "suite-standard.json").read_text())
-    assert not names & {r["name"] for r in board["runs"]}
+    assert not names & {r["name"] for r in board["runs"]}, f"a row in both manifests: {CAMPAIGN}"
     committed = ROOT / "docs" / "results" / "claims-rows" / "suite-claims-rows.json"
-    if committed.is_file():  # written by scripts/campaign.sh sync beside the rows' records
-        assert json.loads(committed.read_text()) == plan
+    if committed.is_file():  # written by the campaign's sync beside the rows' records
+        assert json.loads(committed.read_text()) == plan, (
+            f"docs/results/claims-rows/suite-claims-rows.json is not the cards' plan: {CAMPAIGN}"
+        )

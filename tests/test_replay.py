@@ -36,9 +36,12 @@ sys.path.insert(0, str(FIXTURES))
 
 from make_replay_fixtures import fixture_path, replay_records  # noqa: E402
 
+from creditbench.tools.verify import CROSS_CPU_ABS_TOL, CROSS_CPU_REL_TOL  # noqa: E402
+
 # How far a float statistic may move across CPUs (see the module doc): relative, and absolute
-# for the statistics that are means near 0 (adv_mean of a centred advantage).
-REL_TOL, ABS_TOL = 1e-4, 1e-6
+# for the statistics that are means near 0 (adv_mean of a centred advantage); creditbench verify
+# reads a re-run's differences against the same tolerances.
+REL_TOL, ABS_TOL = CROSS_CPU_REL_TOL, CROSS_CPU_ABS_TOL
 METHODS = sorted(path.stem for path in FIXTURES.glob("*.jsonl"))
 PARALLEL_REPLAYS = 2  # child runs at once: each is one torch thread (CI has two cores)
 

@@ -102,8 +102,10 @@ def test_a_planted_change_is_named_with_its_difference(tmp_path):
     auc = found["summary.json", None, "auc.sampled_accuracy"]
     assert auc.absolute == pytest.approx(0.01) and auc.relative == pytest.approx(0.01 / 0.36)
     assert comparison.largest_relative is reward
+    assert comparison.beyond_cross_cpu_tolerance == comparison.differences
     report = format_comparison(a, b, comparison)
     assert "2 differ" in report and report.endswith("records differ")
+    assert "2 differences are beyond the tolerance another CPU's kernels explain" in report
     rows = {
         line.split()[1]: line
         for line in report.splitlines()
@@ -114,13 +116,23 @@ def test_a_planted_change_is_named_with_its_difference(tmp_path):
 
 
 def test_a_key_differing_in_many_records_is_one_line(tmp_path):
+    """Three records' entropy moved in the 7th digit (as another CPU's kernels move it): one
+    line for the key, within the cross-CPU tolerance; an integer off by one is not."""
     published, copy = _published_and_copy(tmp_path)
     for line in (2, 4, 6):
         _edit_metrics_line(copy / "metrics.jsonl", line, lambda r: r.update(entropy=1.0 + 1e-7))
     a, b = read_records(published), read_records(copy)
-    report = format_comparison(a, b, compare_runs(a, b))
-    rows = [line for line in report.splitlines() if line.startswith("metrics.jsonl")]
-    assert len(rows) == 1 and rows[0].split()[1:3] == ["entropy", "3"]
+    comparison = compare_runs(a, b)
+    assert len(comparison.differences) == 3 and not comparison.beyond_cross_cpu_tolerance
+    report = format_comparison(a, b, comparison)
+    rows = [line.split() for line in report.splitlines() if line.startswith("metrics.jsonl")]
+    assert [row[1:4] for row in rows] == [["entropy", "3", "0"]]
+    assert "every difference is within the tolerance" in report
+    assert report.endswith("records differ")  # within the tolerance is still not identical
+
+    _edit_json(copy / "summary.json", lambda s: s.update(seed=s["seed"] + 1))  # an integer
+    comparison = compare_runs(a, read_records(copy))
+    assert [d.key for d in comparison.beyond_cross_cpu_tolerance] == ["seed"]
 
 
 def test_a_missing_record_differs(tmp_path):

@@ -32,6 +32,11 @@ from creditbench.harness.records.files import RunFormatError, read_metric_lines,
 from creditbench.harness.records.provenance import KERNEL_PIN_VARIABLES
 
 CLOCK_KEY = "time"  # the object under which every record keeps its clocks
+# How far a float statistic may move when the kernels sum in another order (another CPU, AVX-512
+# against AVX2): relative, and absolute for means near 0. Measured across CPUs by the replay
+# test (tests/test_replay.py, which holds replays to these same tolerances; its module doc
+# gives the figures).
+CROSS_CPU_REL_TOL, CROSS_CPU_ABS_TOL = 1e-4, 1e-6
 PATH_KEYS = ("output_dir",)  # config fields that name where a run was written
 RECORD_FILES = ("config.yaml", "summary.json", "metrics.jsonl")
 
@@ -150,6 +155,16 @@ class Difference:
         return absolute / scale if scale else 0.0
 
     @property
+    def within_cross_cpu_tolerance(self) -> bool:
+        """Whether two floats differ by no more than another CPU's kernels move them
+        (:data:`CROSS_CPU_REL_TOL` relative or :data:`CROSS_CPU_ABS_TOL` absolute). Integers
+        (counts) and anything else must be equal."""
+        a, b = self.published, self.rerun
+        if not (isinstance(a, float) and isinstance(b, float) and self.absolute is not None):
+            return False
+        return math.isclose(a, b, rel_tol=CROSS_CPU_REL_TOL, abs_tol=CROSS_CPU_ABS_TOL)
+
+    @property
     def key_name(self) -> str:
         """The key without list positions (``grad_norms[i]``): one name for every element."""
         return re.sub(r"\[\d+\]", "[i]", self.key)
@@ -210,6 +225,11 @@ class Comparison:
         return not self.differences
 
     @property
+    def beyond_cross_cpu_tolerance(self) -> list[Difference]:
+        """The differences another CPU's kernels do not explain."""
+        return [d for d in self.differences if not d.within_cross_cpu_tolerance]
+
+    @property
     def largest_relative(self) -> Difference | None:
         """The numeric difference with the largest relative size, if any."""
         numeric = [d for d in self.differences if d.relative is not None]
@@ -250,6 +270,7 @@ class KeyDifferences:
     file: str
     key_name: str
     records: int
+    beyond_tolerance: int  # of those records, where it differs beyond the cross-CPU tolerance
     largest: Difference  # by relative size where numeric, else the first
 
 
@@ -265,13 +286,14 @@ def group_by_key(differences: list[Difference]) -> list[KeyDifferences]:
         numeric = [d for d in members if d.relative is not None]
         largest = max(numeric, key=lambda d: d.relative or 0.0) if numeric else members[0]
         records = len({d.line for d in members})
-        out.append(KeyDifferences(file, key_name, records, largest))
+        beyond = len({d.line for d in members if not d.within_cross_cpu_tolerance})
+        out.append(KeyDifferences(file, key_name, records, beyond, largest))
     return sorted(
         out, key=lambda g: (0.0, 0.0) if g.largest.relative is None else (1.0, -g.largest.relative)
     )
 
 
-def _short(value: Any, width: int = 22) -> str:
+def _short(value: Any, width: int = 24) -> str:
     text = value if value == MISSING else json.dumps(value)
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -322,20 +344,30 @@ def format_comparison(
             f"largest relative difference {largest.relative:.2g} "
             f"({largest.file} {largest.key}" + (f", line {largest.line})" if largest.line else ")")
         )
+    beyond = len(comparison.beyond_cross_cpu_tolerance)
+    tolerance = (
+        f"the tolerance another CPU's kernels explain ({CROSS_CPU_REL_TOL:g} relative or "
+        f"{CROSS_CPU_ABS_TOL:g} absolute, floats only)"
+    )
+    if comparison.differences and not beyond:
+        lines.append(f"every difference is within {tolerance}")
+    elif beyond:
+        lines.append(f"{beyond} differences are beyond {tolerance}")
     groups = group_by_key(comparison.differences)
     if groups:
         lines += [
             "",
-            f"{'file':<14} {'key':<34} {'records':>7}  {'largest abs':>11} {'rel':>8}  "
-            "published -> re-run (where largest)",
+            f"{'file':<14} {'key':<30} {'records':>7} {'beyond':>6}  {'largest abs':>11} "
+            f"{'rel':>7}  published -> re-run (where largest)",
         ]
         for group in groups[:max_keys]:
             d = group.largest
             absolute = "" if d.absolute is None else f"{d.absolute:.3g}"
             relative = "" if d.relative is None else f"{d.relative:.2g}"
             lines.append(
-                f"{group.file:<14} {group.key_name:<34} {group.records:>7}  {absolute:>11} "
-                f"{relative:>8}  {_short(d.published)} -> {_short(d.rerun)}"
+                f"{group.file:<14} {group.key_name:<30} {group.records:>7} "
+                f"{group.beyond_tolerance:>6}  {absolute:>11} {relative:>7}  "
+                f"{_short(d.published)} -> {_short(d.rerun)}"
             )
         if len(groups) > max_keys:
             lines.append(f"... and {len(groups) - max_keys} more keys")

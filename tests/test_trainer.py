@@ -787,3 +787,60 @@ def test_drawn_statistics_pool_the_draws_and_skip_what_has_no_outcome():
     drawn = [torch.tensor([1.0, 0.0, float("nan")]), torch.tensor([1.0, 0.75])]
     assert drawn_statistics(drawn) == {"reward_mean": 0.6875, "accuracy": 0.75}
     assert drawn_statistics([]) == {} and drawn_statistics([torch.tensor([float("nan")])]) == {}
+
+
+@pytest.fixture
+def clean_commit_cache(monkeypatch, tmp_path):
+    """A cache of its own, and runs that believe they run from a clean commit (the tree under
+    test may be edited; the reuse rule never reuses an edited tree's evaluation)."""
+    import creditbench.harness.training.trainer as trainer_module
+
+    real = trainer_module.capture_environment
+    monkeypatch.setenv("CREDITBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(
+        trainer_module,
+        "capture_environment",
+        lambda: {**real(), "git_commit": "0" * 40, "git_dirty": False},
+    )
+    return trainer_module
+
+
+def first_record(run_dir: Path) -> dict:
+    return RunDir(run_dir).read_metrics()[0]
+
+
+def test_the_initial_evaluation_is_computed_once_per_seed_and_reused_identically(
+    test_methods, nano_policy, tmp_path, clean_commit_cache
+):
+    run(nano_policy, tmp_path / "a")
+    run(nano_policy, tmp_path / "b", BLIND_METHOD)  # another method, the same base and seed
+    first, second = first_record(tmp_path / "a"), first_record(tmp_path / "b")
+    assert "eval_reused" not in first["time"] and second["time"]["eval_reused"] is True
+    assert second["eval"] == first["eval"]
+    # what the run would have computed itself: the same numbers
+    Trainer.reuse_initial_evaluation = False
+    try:
+        run(nano_policy, tmp_path / "c", BLIND_METHOD)
+    finally:
+        Trainer.reuse_initial_evaluation = True
+    computed = first_record(tmp_path / "c")
+    assert "eval_reused" not in computed["time"] and computed["eval"] == first["eval"]
+    # only the evaluation at fraction 0: the later ones grade trained policies
+    later = [r for r in RunDir(tmp_path / "b").read_metrics()[1:] if "eval" in r]
+    assert later and all("eval_reused" not in r["time"] for r in later)
+
+
+def test_an_initial_evaluation_with_other_settings_or_an_edited_tree_is_not_reused(
+    test_methods, nano_policy, tmp_path, clean_commit_cache, monkeypatch
+):
+    run(nano_policy, tmp_path / "a")
+    run(nano_policy, tmp_path / "b", TOKEN_METHOD, "eval.k_samples=3")
+    run(nano_policy, tmp_path / "c", TOKEN_METHOD, "seed=1")
+    for name in ("b", "c"):
+        assert "eval_reused" not in first_record(tmp_path / name)["time"], name
+    real = clean_commit_cache.capture_environment
+    monkeypatch.setattr(
+        clean_commit_cache, "capture_environment", lambda: {**real(), "git_dirty": True}
+    )
+    run(nano_policy, tmp_path / "d")
+    assert "eval_reused" not in first_record(tmp_path / "d")["time"]

@@ -2,15 +2,25 @@
 
 Evaluation is never charged to the budget. Its sampler seed is fixed per run, so every
 evaluation of a run draws with the same random numbers and the curve moves only with the model.
+
+The evaluation at budget fraction 0 grades the base policy, before any update: every method's
+run at one seed computes the same numbers there (the standard board's 28 rows at a seed agree to
+the last digit). :func:`reuse_initial_evaluation` keeps that result in the cache, keyed by
+everything that decides it, so a campaign computes it once per seed instead of once per run.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from creditbench.harness.models.policy_cache import cache_key, default_cache_dir
 from creditbench.harness.sampling.rollout import derive_seed, sample_responses
 
 
@@ -111,3 +121,66 @@ def evaluate(
     if decoding_rule is not None:
         result.update(sample.summary())
     return result
+
+
+def policy_digest(model) -> str:
+    """sha256 of every parameter and buffer of ``model`` (names, dtypes, shapes and bytes)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{flat.dtype}:{tuple(flat.shape)}".encode())
+        digest.update(flat.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def initial_evaluation_material(
+    model, tokenizer, task, settings: dict[str, Any], environment: dict[str, Any]
+) -> dict[str, Any] | None:
+    """What decides an evaluation of ``model`` with ``settings`` (the keyword arguments of
+    :func:`evaluate`), or None when the code that computes it is not a clean commit (an edited
+    tree computes what no commit computes: never reused)."""
+    if not environment.get("git_commit") or environment.get("git_dirty") is not False:
+        return None
+    n, seed, draw = settings["n_problems"], settings["seed"], settings["problems"]
+    problems = [repr(p) for p in eval_problems(task, n, seed, draw)]
+    return {
+        "policy": policy_digest(model),
+        "tokenizer": hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
+        if hasattr(tokenizer, "backend_tokenizer")
+        else repr(tokenizer),
+        "task": getattr(task, "name", type(task).__name__),
+        "problems": hashlib.sha256(json.dumps(problems).encode()).hexdigest(),
+        "settings": settings,
+        "commit": environment["git_commit"],
+        "torch": torch.__version__,
+        "cpu_capability": environment.get("cpu_capability"),
+        "kernel_pins": environment.get("kernel_pins"),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def reuse_initial_evaluation(
+    material: dict[str, Any] | None, compute: Callable[[], dict[str, Any]]
+) -> tuple[dict[str, Any], bool]:
+    """``(result, reused)``: the cached result of an identical evaluation (``material`` from
+    :func:`initial_evaluation_material`), or ``compute()`` stored for the next run. An entry is
+    one JSON file written whole (temporary file, then rename); one that cannot be read is
+    computed again."""
+    if material is None:
+        return compute(), False
+    path = default_cache_dir() / "evaluations" / f"{cache_key(material)}.json"
+    try:
+        entry = json.loads(path.read_text())
+        if entry.get("material") == json.loads(json.dumps(material, default=str)):
+            return entry["result"], True
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    result = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps({"material": material, "result": result}, default=str))
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a read-only or full cache costs the next run a recomputation, nothing else
+    return result, False

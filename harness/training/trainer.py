@@ -48,7 +48,11 @@ from creditbench.harness.records.rundir import (
 from creditbench.harness.records.summary import budget_fields, default_run_name, run_summary
 from creditbench.harness.sampling.rollout import derive_seed, sequence_lengths
 from creditbench.harness.services.step_plan import StepPlan
-from creditbench.harness.training.evaluation import evaluate
+from creditbench.harness.training.evaluation import (
+    evaluate,
+    initial_evaluation_material,
+    reuse_initial_evaluation,
+)
 from creditbench.harness.training.ppo import NonFiniteError, check_finite, ppo_update
 from creditbench.harness.training.setup import (
     build_models,
@@ -103,6 +107,11 @@ class Trainer:
         check_not_inside_a_run(run_dir.path, "output_dir")
         run_dir.check_config(to_dict(self.config))  # a finished run of another config too
         self.device = resolve_device(self.config.device)
+
+    # The evaluation at budget fraction 0 grades the base policy, the same for every method at
+    # a seed: taken from the cache when an identical one ran before (False: always computed,
+    # as `creditbench perf --phases` does for the path before the cache)
+    reuse_initial_evaluation = True
 
     @classmethod
     def resume(cls, run_dir: RunDir | str | Path) -> Trainer:
@@ -307,28 +316,38 @@ class Trainer:
         if not fractions:
             return
         ev = self.config.eval
+        settings = dict(
+            n_problems=ev.n_problems,
+            k_samples=ev.k_samples,
+            greedy=ev.greedy,
+            temperature=ev.temperature,
+            batch_size=ev.batch_size,
+            max_new_tokens=self.config.rollout.max_new_tokens,
+            seed=self.config.seed,
+            engine=self.config.rollout.backend if self.services.sampler is None else "auto",
+            problems=ev.problems,
+        )
         started = time.perf_counter()
-        with self.meter.outside_budget():
-            result = evaluate(
-                self.policy,
-                self.tokenizer,
-                self.task,
-                n_problems=ev.n_problems,
-                k_samples=ev.k_samples,
-                greedy=ev.greedy,
-                temperature=ev.temperature,
-                batch_size=ev.batch_size,
-                max_new_tokens=self.config.rollout.max_new_tokens,
-                seed=self.config.seed,
-                engine=self.config.rollout.backend if self.services.sampler is None else "auto",
-                problems=ev.problems,
+
+        def compute() -> dict[str, Any]:
+            with self.meter.outside_budget():
+                return evaluate(self.policy, self.tokenizer, self.task, **settings)
+
+        material = None
+        if self.reuse_initial_evaluation and self.meter.counters()["flops"] == 0:
+            # the base policy, as every method's run at this seed grades it: computed once
+            material = initial_evaluation_material(
+                self.policy, self.tokenizer, self.task, settings, capture_environment()
             )
-        seconds = time.perf_counter() - started
+        result, reused = reuse_initial_evaluation(material, compute)
+        timing: dict[str, Any] = {"eval": time.perf_counter() - started}
+        if reused:
+            timing["eval_reused"] = True
         for fraction in fractions:
             entry = {"fraction": fraction, **budget_fields(self.meter), **result}
             entry["step"] = self.step
             self.evals.append(entry)
-            logger.log({"step": self.step, "eval": entry, "time": {"eval": seconds}})
+            logger.log({"step": self.step, "eval": entry, "time": timing})
 
     def _log_responses(self) -> None:
         """The responses of the batch just trained on, with their advantages, for ``explain``."""

@@ -12,8 +12,9 @@ import pytest
 import torch
 from fake_runs import make_run
 
+from creditbench.harness.records.files import pack_run
 from creditbench.harness.records.provenance import capture_environment
-from creditbench.tools.verify import compare_runs, format_comparison, read_records
+from creditbench.tools.verify import compare_runs, find_run, format_comparison, read_records
 
 # --- environment.json ---------------------------------------------------------------------------
 
@@ -135,6 +136,17 @@ def test_a_key_differing_in_many_records_is_one_line(tmp_path):
     assert [d.key for d in comparison.beyond_cross_cpu_tolerance] == ["seed"]
 
 
+def test_a_run_archive_reads_as_its_folder(tmp_path):
+    """A committed run is ``<name>.tar.xz``: read from it (named with or without the suffix),
+    its records are the folder's."""
+    published, _ = _published_and_copy(tmp_path)
+    packed = pack_run(published, tmp_path / "packed")
+    assert find_run(tmp_path / "packed" / "grpo-s0") == packed
+    from_archive, from_folder = read_records(packed), read_records(published)
+    assert from_archive == from_folder
+    assert compare_runs(from_folder, from_archive).identical
+
+
 def test_a_missing_record_differs(tmp_path):
     published, copy = _published_and_copy(tmp_path)
     lines = (copy / "metrics.jsonl").read_text().splitlines()
@@ -177,14 +189,19 @@ def test_a_run_that_cannot_be_rerun_is_one_line_exit_2(
     assert not (tmp_path / "cache").exists() and out == ""
 
 
-def test_no_such_run_and_a_scratch_folder_in_use_are_one_line_exit_2(tmp_path, capsys):
+def test_no_such_run_a_damaged_one_and_a_scratch_folder_in_use_are_one_line_exit_2(
+    tmp_path, capsys
+):
     code, _, err = _verify([str(tmp_path / "nothing")], capsys)
     assert code == 2 and err == (
         f"creditbench verify: error: RUN: {tmp_path / 'nothing'}: no such run folder or archive"
     )
     (tmp_path / "empty").mkdir()
     code, _, err = _verify([str(tmp_path / "empty")], capsys)
-    assert code == 2 and "config.yaml: missing (not a run folder)" in err
+    assert code == 2 and "config.yaml: missing (not a run)" in err
+    (tmp_path / "damaged.tar.xz").write_bytes(b"not xz")
+    code, _, err = _verify([str(tmp_path / "damaged.tar.xz")], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and "damaged.tar.xz: damaged run archive" in err
     run = make_run(tmp_path, "grpo-s0", "grpo", 0)
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "mine.txt").write_text("x")

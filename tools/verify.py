@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from creditbench.harness.records.files import RunFormatError, read_metric_lines, read_run_config
+from creditbench.harness.records.files import (
+    ARCHIVE_SUFFIX,
+    RunFormatError,
+    is_run_archive,
+    read_metric_lines,
+    read_record_text,
+    read_run_config,
+)
 from creditbench.harness.records.provenance import KERNEL_PIN_VARIABLES
 
 CLOCK_KEY = "time"  # the object under which every record keeps its clocks
@@ -55,7 +62,7 @@ class RunRecords:
 
 def _read_json_object(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_record_text(path))
     except FileNotFoundError:
         raise RunFormatError(f"{path}: missing (not a finished run)") from None
     except (OSError, UnicodeDecodeError, ValueError) as err:
@@ -65,14 +72,28 @@ def _read_json_object(path: Path) -> dict[str, Any]:
     return data
 
 
+def find_run(path: Path) -> Path | None:
+    """The run ``path`` names: a run folder, a run archive, or the name of a run that is
+    committed as ``<name>.tar.xz``; None when there is neither."""
+    if path.is_dir() or is_run_archive(path):
+        return path
+    packed = path.with_name(path.name + ARCHIVE_SUFFIX)
+    return packed if is_run_archive(packed) else None
+
+
 def read_records(run: Path) -> RunRecords:
-    """The records of the run folder ``run``; `RunFormatError` naming the file that is missing
-    or unreadable."""
-    if not (run / "config.yaml").is_file():
-        raise RunFormatError(f"{run / 'config.yaml'}: missing (not a run folder)")
+    """The records of ``run``, a run folder or a run archive (``<name>.tar.xz``);
+    `RunFormatError` naming the file that is missing or unreadable, or the damaged archive."""
+    config = run / "config.yaml"
+    try:
+        config_text = read_record_text(config)
+    except FileNotFoundError:
+        raise RunFormatError(f"{config}: missing (not a run)") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise RunFormatError(f"{config}: cannot read it ({err})") from None
     return RunRecords(
-        config_text=(run / "config.yaml").read_text(encoding="utf-8"),
-        config=read_run_config(run / "config.yaml"),
+        config_text=config_text,
+        config=read_run_config(config),
         environment=_read_json_object(run / "environment.json"),
         summary=_read_json_object(run / "summary.json"),
         metrics=[record for _, record in read_metric_lines(run / "metrics.jsonl")],

@@ -33,11 +33,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from creditbench.harness.records.files import RunFormatError
     from creditbench.harness.records.rundir import RunDirError, check_creatable
     from creditbench.tools.campaign.worktrees import CheckoutError, checkout
-    from creditbench.tools.verify import cannot_rerun, read_records
+    from creditbench.tools.verify import cannot_rerun, find_run, read_records
 
-    run = Path(args.run)
-    if not run.exists():
-        return usage_error("verify", f"RUN: {run}: no such run folder or archive")
+    run = find_run(Path(args.run))
+    if run is None:
+        return usage_error("verify", f"RUN: {args.run}: no such run folder or archive")
     try:
         published = read_records(run)
     except RunFormatError as err:

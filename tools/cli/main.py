@@ -12,6 +12,7 @@ from creditbench.harness.tasks.math_data import MissingPackageError
 from creditbench.methods.registry import PluginError
 from creditbench.tools.cli.bench import add_bench_command
 from creditbench.tools.cli.bootstrap import add_bootstrap_commands
+from creditbench.tools.cli.campaign import add_campaign_command
 from creditbench.tools.cli.common import EXIT_USAGE, usage_error
 from creditbench.tools.cli.data import add_data_commands
 from creditbench.tools.cli.eval import add_eval_command
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_command(sub)
     add_eval_command(sub)
     add_bench_command(sub)
+    add_campaign_command(sub)
     add_perf_command(sub)
     add_gradients_command(sub)
     add_values_command(sub)

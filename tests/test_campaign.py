@@ -1,0 +1,287 @@
+"""``creditbench campaign PLAN``: the plan loader's refusals, the standard plan's pins, clean
+worktrees of pinned commits in the cache, the dry run, and a tiny campaign run, killed, resumed
+and synced (docs/campaign.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from creditbench.tools.campaign.plan import PlanError, load_plan, plan_path
+from creditbench.tools.campaign.worktrees import CheckoutError, checkout, pinned_cli
+from creditbench.tools.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git(*args: str | Path, cwd: Path = ROOT) -> str:
+    done = subprocess.run(["git", "-C", str(cwd), *map(str, args)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def head() -> str:
+    """This checkout's commit: what a test pins (a plan's commits must exist)."""
+    if subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True
+    ).returncode:
+        pytest.skip("not a git checkout: a campaign pins commits of the repository it runs in")
+    return git("rev-parse", "HEAD")
+
+
+@pytest.fixture
+def clone(tmp_path: Path, head: str) -> Path:
+    """A clone of this repository that shares its objects: its worktrees are its own, so a test
+    leaves nothing in this checkout's git folder."""
+    target = tmp_path / "clone"
+    git("clone", "-q", "--shared", "--no-checkout", ROOT, target, cwd=tmp_path)
+    git("checkout", "-q", "--detach", head, cwd=target)
+    return target
+
+
+GOOD = """\
+suite: standard
+methods: [grpo, oracle]
+records: {board: records}
+pins:
+  HEAD: [grpo, oracle]
+phases:
+  - {setting: hard, seeds: 0-1}
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        (("suite:", "sweet: x\nsuite:"), "sweet", "unknown key"),
+        (("[grpo, oracle]\nphases", "[grpo, oracle, nosuch]\nphases"), "pins: ", "'nosuch'"),
+        (("  HEAD: [grpo, oracle]", "  HEAD: [grpo]\n  OTHER: [grpo, oracle]"), "pins", "twice"),
+        (("  HEAD: [grpo, oracle]", "  HEAD: [grpo]"), "pins", "no pinned commit for oracle"),
+        (("  HEAD:", f"  {'f' * 40}:"), "pins: fffffff", "no such commit"),
+        (("  HEAD:", "  abc1234:"), "pins", "a full commit id"),
+        (
+            ("setting: hard", "setting: medium"),
+            "phases: phase 1: setting",
+            "'medium'; the suite's: hard, easy",
+        ),
+        (("seeds: 0-1", "seeds: 1-0"), "phases: phase 1: seeds", "seeds and ranges"),
+        (("seeds: 0-1}", "seeds: 0-1, rule: easy-seeds}"), "phases: phase 1: rule", "easy setting"),
+        (("0-1}", "0-1}\n  - {reproduce: otb}"), "phases: phase 2: reproduce", "claims_rows"),
+        (("methods: [grpo, oracle]", "methods: [grpo, oracle, gtpo]"), "pins", "gtpo"),
+    ],
+)
+def test_the_plan_loader_refuses_a_wrong_plan_naming_the_file_and_field(
+    tmp_path: Path, head: str, change: tuple[str, str], field: str, message: str
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    text = GOOD.replace(*change).replace("HEAD", head).replace("OTHER", git("rev-parse", "HEAD~1"))
+    assert text != GOOD.replace("HEAD", head), "the change applies"
+    plan.write_text(text)
+    with pytest.raises(PlanError) as refused:
+        load_plan(plan)
+    line = str(refused.value)
+    assert line.startswith(f"{plan}: {field}") and message in line and "\n" not in line, line
+    plan.write_text(GOOD.replace("HEAD", head))
+    assert load_plan(plan).pins == {head: ("grpo", "oracle")}  # the same plan, unchanged, loads
+
+
+def test_a_wrong_plan_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(GOOD.replace("HEAD", "e" * 40))
+    work = tmp_path / "work"
+    assert main(["campaign", str(plan), "--work", str(work)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"creditbench campaign: error: {plan}: pins: eeeeeee: commit")
+    assert len(err.splitlines()) == 1 and not work.exists()
+    assert main(["campaign", "no-such-plan", "--dry-run"]) == 2
+    assert "unknown plan 'no-such-plan'; shipped: slice, standard" in capsys.readouterr().err
+
+
+def test_the_standard_plan_pins_every_builtin_method_once_in_the_campaigns_order() -> None:
+    from creditbench.methods.registry import list_methods, method_origin
+
+    plan = load_plan(plan_path("standard"))
+    pinned = [method for methods in plan.pins.values() for method in methods]
+    builtin = [name for name in list_methods() if method_origin(name).kind == "builtin"]
+    assert sorted(pinned) == sorted(builtin)  # each once: the loader refuses a second pin
+    first = ("grpo", "oracle", "int", "mig", "pppo", "spo", "ktae", "otb", "gtpo")
+    steps = [(p.setting, p.seeds, p.rule, p.reproduce, set(p.methods)) for p in plan.phases]
+    assert steps == [
+        ("easy", (0, 1, 2, 3, 4), "", "", set(first)),
+        ("easy", (5, 6, 7, 8, 9), "easy-seeds", "", set(first)),
+        ("hard", tuple(range(10)), "", "", set(pinned)),
+        ("easy", (0, 1, 2, 3, 4), "", "", set(pinned)),
+        ("easy", (5, 6, 7, 8, 9), "easy-seeds", "", set(pinned)),
+        ("", (), "", "gtpo", set()),
+        ("", (), "", "oppo", set()),
+    ]
+    assert plan.board == ROOT / "docs" / "results" / "standard"
+    assert plan.claims_rows == ROOT / "docs" / "results" / "claims-rows"
+
+
+def test_a_worktree_of_a_commit_is_made_once_clean_and_reused(tmp_path, clone, head) -> None:
+    cache = tmp_path / "cache"
+    made: list[Path] = []
+    both = [
+        threading.Thread(target=lambda: made.append(checkout(head[:7], repo=clone, cache=cache)))
+        for _ in range(2)
+    ]
+    for thread in both:
+        thread.start()
+    for thread in both:
+        thread.join()
+    assert made == [cache / "worktrees" / head] * 2  # two asking at once: one worktree
+    path = made[0]
+    assert (
+        git("rev-parse", "HEAD", cwd=path) == head and git("status", "--porcelain", cwd=path) == ""
+    )
+    assert len([line for line in git("worktree", "list", cwd=clone).splitlines()]) == 2
+    marker = (cache / "worktrees" / f"{head}.ready").stat().st_mtime_ns
+    assert checkout(head, repo=clone, cache=cache) == path  # reused, not made again
+    assert (cache / "worktrees" / f"{head}.ready").stat().st_mtime_ns == marker
+
+    # its CLI imports the checkout's code, not this package's
+    argv = pinned_cli(path)[:-2] + ["-c", "import creditbench.tools as t; print(t.__path__[0])"]
+    shown = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(shown).resolve() == (path / "tools").resolve()
+
+    (path / "README.md").write_text("changed")  # a checkout that is not its commit is refused
+    with pytest.raises(CheckoutError, match="is not clean"):
+        checkout(head, repo=clone, cache=cache)
+    git("checkout", "--", "README.md", cwd=path)
+    (cache / "worktrees" / f"{head}.ready").unlink()  # as a creation killed before its marker
+    assert checkout(head, repo=clone, cache=cache) == path
+    with pytest.raises(CheckoutError, match="no such commit"):
+        checkout("f" * 40, repo=clone, cache=cache)
+
+
+def test_the_slices_dry_run_prints_its_runs_and_hours_and_writes_nothing(tmp_path, capsys):
+    text = plan_path("slice").read_text().replace("runs/campaign-slice", str(tmp_path / "kept"))
+    plan = tmp_path / "slice.yaml"
+    plan.write_text(text)
+    work = tmp_path / "work"
+    assert main(["campaign", str(plan), "--dry-run", "--work", str(work), "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "phase 1: hard seeds 0-1: 6 runs, 6 left, " in out
+    listed = [line.split() for line in out.splitlines() if line.strip().endswith(("-s0", "-s1"))]
+    assert sorted(cells[-1].rsplit("-", 2)[-2] for cells in listed) == [
+        "grpo",
+        "grpo",
+        "oracle",
+        "oracle",
+        "otb",
+        "otb",
+    ]
+    assert all(cells[1] == "min" and float(cells[0]) > 0 for cells in listed)  # measured times
+    assert "total: 6 runs left; expected: " in out and " core-hours for 6 measured runs" in out
+    assert not work.exists() and not (tmp_path / "kept").exists()
+
+
+# --- a tiny campaign, end to end -----------------------------------------------------------
+
+
+def tiny_campaign(tmp_path: Path, clone: Path, head: str) -> Path:
+    """A plan in ``clone`` whose one phase is a two-run bench of a nano model (a few seconds a
+    run), pinned to ``head``, its records in the clone's ``runs/tiny-board``."""
+    from creditbench.harness.models.bootstrap import task_alphabet
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.tasks import get_task
+
+    tokenizer = build_char_tokenizer(task_alphabet(get_task("chain", steps=2)))
+    policy = save_policy(build_model("nano", tokenizer, seed=0), tokenizer, tmp_path / "nano")
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(
+        f"methods: [grpo]\nseeds: [0, 1]\ntasks:\n  - name: chain\n    label: tiny\n"
+        "    options: {steps: 2, train_size: 32, eval_size: 4}\n"
+        f"settings:\n  model.path: {str(policy)!r}\n  rollout.prompts_per_step: 2\n"
+        "  rollout.group_size: 2\n  rollout.max_new_tokens: 8\n  eval.n_problems: 2\n"
+        "  eval.k_samples: 1\n  checkpoint_every: 1\nbudget: {unit: steps, amount: 16}\n"
+    )
+    plan = clone / "runs" / "tiny.yaml"  # runs/ is ignored: the clone stays clean
+    plan.parent.mkdir()
+    plan.write_text(
+        f"suite: {suite}\nrecords: {{board: runs/tiny-board}}\npins:\n  {head}: [grpo]\n"
+        "phases:\n  - {setting: tiny, seeds: 0-1}\n"
+    )
+    return plan
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.slow
+def test_a_campaign_runs_is_killed_resumes_and_syncs(tmp_path, clone, head, capsys) -> None:
+    plan = tiny_campaign(tmp_path, clone, head)
+    work = tmp_path / "work"
+    env = {**os.environ, "CREDITBENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "creditbench.tools.cli.main", "campaign", str(plan)]
+    command += ["--work", str(work), "--workers", "1"]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    runs = work / "results"
+    try:
+        deadline = time.monotonic() + 180
+        while not list(runs.glob("*/checkpoints/step-*/COMPLETE")) and time.monotonic() < deadline:
+            time.sleep(0.5)  # until a run has trained and saved a checkpoint
+        # a second campaign on the same work folder is refused while the first runs
+        os.environ["CREDITBENCH_CACHE"] = env["CREDITBENCH_CACHE"]
+        assert main(["campaign", str(plan), "--work", str(work)]) == 2
+        assert "another process is writing this campaign's work folder" in capsys.readouterr().err
+        (killed,) = [p for p in runs.glob("chain-*") if (p / "checkpoints").is_dir()]
+        step_one = (killed / "metrics.jsonl").read_text().splitlines()[1]
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+        del os.environ["CREDITBENCH_CACHE"]
+    assert first.returncode == 130, err.decode()
+    assert "creditbench campaign: interrupted" in err.decode()
+    time.sleep(2)
+    assert _processes_mentioning(str(work)) == []  # its bench and the bench's worker stopped
+
+    again = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    names = sorted(p.name for p in runs.glob("chain-*"))
+    assert len(names) == 2 and all((runs / n / "summary.json").is_file() for n in names)
+    # the killed run resumed from its checkpoint: its first step's record is the one it wrote
+    assert (killed / "metrics.jsonl").read_text().splitlines()[1] == step_one
+    for name in names:  # each run records the pinned commit, clean
+        environment = json.loads((runs / name / "environment.json").read_text())
+        assert environment["git_commit"] == head and not environment["git_dirty"]
+
+    sync = [*command[:-2], "--sync"]
+    assert subprocess.run(sync, env=env, capture_output=True).returncode == 0
+    board = clone / "runs" / "tiny-board"
+    archives = sorted(p.name for p in board.glob("*.tar.xz"))
+    assert archives == [f"{name}.tar.xz" for name in names]
+    packed = {name: (board / name).read_bytes() for name in archives}
+    assert "all 2 runs finished" in (board / "leaderboard.md").read_text()
+    manifest = json.loads((board / "suite-tiny.json").read_text())
+    assert sorted(run["name"] for run in manifest["runs"]) == names
+    synced = subprocess.run(sync, env=env, capture_output=True, text=True)
+    assert "synced 0 new runs" in synced.stdout  # nothing new; nothing replaced
+    assert {name: (board / name).read_bytes() for name in archives} == packed
+
+    # a fresh work folder restores the records and has nothing left to run
+    dry = subprocess.run(
+        [*command[:-4], "--work", str(tmp_path / "fresh"), "--dry-run"],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert "phase 1: tiny seeds 0-1: 2 runs, 0 left" in dry.stdout, dry.stdout + dry.stderr

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from creditbench.harness.records.files import atomic_write_text
 from creditbench.leaderboard.explain import shown_columns
 from creditbench.leaderboard.headline import (
     CREDIT_END,
@@ -40,7 +41,7 @@ def main(argv: list[str]) -> int:
     except (OSError, HeadlineError) as err:
         print(f"home_headline: {err}", file=sys.stderr)
         return 2
-    page.write_text(text, encoding="utf-8")
+    atomic_write_text(page, text)  # whole or not at all: a sync killed mid-write keeps the old page
     print(page)
     folder = page.parent / PICTURE
     html = folder / "credit.html"

@@ -190,24 +190,23 @@ def test_each_methods_replay_fixture_is_the_one_its_committed_runs_were_made_wit
 
 
 @pytest.mark.records
-def test_the_campaign_script_pins_every_builtin_method_once_at_its_runs_commit() -> None:
-    """``scripts/campaign.sh`` runs each builtin method (the oracle included) from one pinned
-    commit: a method it forgets never joins the board, and a committed run from another
-    commit than the pinned one is a run the script would not reproduce."""
+def test_the_campaign_plan_pins_every_builtin_method_once_at_its_runs_commit() -> None:
+    """``tools/campaigns/standard.yaml`` runs each builtin method (the oracle included) from one
+    pinned commit (its loader refuses a method pinned twice): a method it forgets never joins
+    the board, and a committed run from another commit than the pinned one is a run the
+    campaign would not reproduce."""
     from creditbench.methods.registry import list_methods, method_origin
+    from creditbench.tools.campaign.plan import load_plan, plan_path
 
-    script = (ROOT / "scripts" / "campaign.sh").read_text()
-    block = re.search(r"^PINS=\(\n(.*?)\n\)", script, re.S | re.M)
-    assert block, "campaign.sh has a PINS table"
-    pins = [line.strip().strip('"').split() for line in block.group(1).splitlines()]
-    pinned = [method for _, *methods in pins for method in methods]
+    plan = load_plan(plan_path("standard"))
+    pinned = [method for methods in plan.pins.values() for method in methods]
     builtin = [name for name in list_methods() if method_origin(name).kind == "builtin"]
-    assert sorted(pinned) == sorted(builtin)
-    first = re.search(r"^FIRST=\((.*?)\)", script, re.M)
-    assert first and set(first.group(1).split()) <= set(pinned), "FIRST names pinned methods"
-    commit_of = {method: commit for commit, *methods in pins for method in methods}
+    assert sorted(pinned) == sorted(builtin), f"pin every builtin method once: {CAMPAIGN}"
     for method, commit in committed_runs().groupby("method")["commit"].first().items():
-        assert str(commit).startswith(commit_of[method]), (method, commit)
+        assert plan.commit_of(method) == str(commit), (
+            f"{method}: committed runs at {str(commit)[:7]}, pinned to "
+            f"{plan.commit_of(method)[:7]}: re-run it at its pin or pin it to its runs' commit"
+        )
 
 
 @pytest.mark.records

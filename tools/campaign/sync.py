@@ -109,9 +109,12 @@ def _render(plan: Plan) -> None:
 
     def run(*argv: str | Path) -> None:
         command = [sys.executable, *(_from_root(arg, plan.repo) for arg in argv)]
-        if subprocess.run(command, cwd=plan.repo, check=False).returncode != 0:
-            shown = " ".join(command[1:]).replace(" ".join(cli), "creditbench")
+        shown = " ".join(command[1:]).replace(" ".join(cli), "creditbench")
+        done = subprocess.run(command, cwd=plan.repo, capture_output=True, text=True, check=False)
+        if done.returncode != 0:  # what it said, then which render it was
+            print(done.stdout + done.stderr, end="", file=sys.stderr)
             raise SyncError(f"{shown} failed (its message is above)")
+        print(f"rendered: {shown}")
 
     cli = ("-m", "creditbench.tools.cli.main")
     run(*cli, "leaderboard", plan.board)

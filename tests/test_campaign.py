@@ -255,6 +255,7 @@ def test_a_campaign_runs_is_killed_resumes_and_syncs(tmp_path, clone, head, caps
     assert "creditbench campaign: interrupted" in err.decode()
     time.sleep(2)
     assert _processes_mentioning(str(work)) == []  # its bench and the bench's worker stopped
+    assert len(list(runs.glob("chain-*/summary.json"))) < 2  # they did not train on
 
     again = subprocess.run(command, env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr

@@ -3,7 +3,7 @@
 Layout of ``runs/<name>/``::
 
     config.yaml            the resolved config (written once; a different config is refused)
-    environment.json       package versions, git commit, device
+    environment.json       package versions, git commit, device, CPU model and kernel level
     metrics.jsonl          one JSON record per line, each carrying an integer "step"
     responses.jsonl        per evaluation, the responses of the batch trained on just before
                            it with their token advantages (``creditbench explain``)

@@ -122,20 +122,23 @@ def _rerun_and_compare(run: Path, published, source: Path, scratch: Path, *, qui
         return usage_error("verify", f"the re-run left no records: {err}")
     comparison = compare_runs(published, rerun)
     print(f"\npublished: {run}\nre-run:    {rerun_path}\n")
-    print(format_comparison(published, _with_this_machine(rerun), comparison))
+    print(format_comparison(published, _with_this_machine(rerun, env), comparison))
     return 0 if comparison.identical else 1
 
 
-def _with_this_machine(rerun):
-    """The re-run's records, its environment completed with this machine's CPU where the
-    re-run's commit predates those fields (it ran here)."""
+def _with_this_machine(rerun, env: dict[str, str]):
+    """The re-run's records, its environment completed where the re-run's commit predates the
+    CPU fields: this machine's CPU, and the kernels of the process environment ``env`` it ran
+    in (torch read here under the same pins)."""
     import dataclasses
 
     import torch
 
-    from creditbench.harness.records.provenance import cpu_model
+    from creditbench.harness.records.provenance import KERNEL_PIN_VARIABLES, cpu_model
 
     environment = dict(rerun.environment)
+    if environment.get("kernel_pins") is None:
+        environment["kernel_pins"] = {k: env[k] for k in KERNEL_PIN_VARIABLES if k in env}
     if environment.get("cpu_model") is None:
         environment["cpu_model"] = f"{cpu_model() or 'unknown'} (read here)"
     if environment.get("cpu_capability") is None:  # the re-run had this process's pins

@@ -209,6 +209,9 @@ def test_no_such_run_a_damaged_one_and_a_scratch_folder_in_use_are_one_line_exit
     assert code == 2 and err.endswith(
         "--scratch: " + str(tmp_path / "busy") + " is not empty; choose a new folder"
     )
+    code, _, err = _verify([str(run.path), "--scratch", str(run.path / "check")], capsys)
+    assert code == 2 and "--scratch: " in err and "is inside the run" in err
+    assert not (run.path / "check").exists()
 
 
 TINY_RUN = [

@@ -21,8 +21,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from creditbench.tools.cli.common import usage_error
+
+if TYPE_CHECKING:
+    from creditbench.tools.verify import RunRecords
 
 SCRATCH_PREFIX = "creditbench-verify-"
 PUBLISHED_CONFIG = "published-config.yaml"  # the run's config, as the re-run reads it
@@ -31,7 +35,11 @@ RERUNS = "runs"  # the folder of the scratch folder the re-run writes into
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from creditbench.harness.records.files import RunFormatError
-    from creditbench.harness.records.rundir import RunDirError, check_creatable
+    from creditbench.harness.records.rundir import (
+        RunDirError,
+        check_creatable,
+        check_not_inside_a_run,
+    )
     from creditbench.tools.campaign.worktrees import CheckoutError, checkout
     from creditbench.tools.verify import cannot_rerun, find_run, read_records
 
@@ -49,6 +57,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         scratch = Path(args.scratch)
         try:
             check_creatable(scratch, "--scratch")
+            check_not_inside_a_run(scratch, "--scratch")
         except RunDirError as err:
             return usage_error("verify", str(err))
         if scratch.exists() and (not scratch.is_dir() or any(scratch.iterdir())):
@@ -69,7 +78,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             _remove(scratch, whole=made)
 
 
-def _rerun_and_compare(run: Path, published, source: Path, scratch: Path, *, quiet: bool) -> int:
+def _rerun_and_compare(
+    run: Path, published: RunRecords, source: Path, scratch: Path, *, quiet: bool
+) -> int:
     """Re-run ``published`` from the checkout ``source`` in ``scratch``, print the report."""
     from creditbench.harness.records.files import RunFormatError, atomic_write_text
     from creditbench.tools.campaign.worktrees import pinned_cli
@@ -126,7 +137,7 @@ def _rerun_and_compare(run: Path, published, source: Path, scratch: Path, *, qui
     return 0 if comparison.identical else 1
 
 
-def _with_this_machine(rerun, env: dict[str, str]):
+def _with_this_machine(rerun: RunRecords, env: dict[str, str]) -> RunRecords:
     """The re-run's records, its environment completed where the re-run's commit predates the
     CPU fields: this machine's CPU, and the kernels of the process environment ``env`` it ran
     in (torch read here under the same pins)."""

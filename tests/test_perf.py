@@ -114,3 +114,42 @@ def test_perf_times_a_method_with_a_kl_weight_with_its_reference_pass(nano_polic
     trainer.train_step()  # the trainer's grpo: its batches go back to no reference pass
     batch, _ = trainer.last_credit
     assert batch.ref_logprobs is None
+
+
+def test_perf_phases_projects_a_hard_run_before_and_after_side_by_side(capsys):
+    """The standard suites' hard run, shrunk to seconds by overrides both paths share: the
+    table has every row with both paths and their ratio, and the start evaluation that the
+    path after protocol 2 reuses costs it a look-up where the path before computes it."""
+    argv = ["perf", "--phases", "--repeats", "1", "--threads", "1"]
+    for item in ("eval.n_problems=2", "rollout.max_new_tokens=8", "rollout.prompts_per_step=2"):
+        argv += ["--set", item]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    values = {}
+    for label in ("training step", "evaluation (a point)", "start evaluation", "run"):
+        match = re.search(rf"^\s+{re.escape(label)}\s+([\d.]+)\s+([\d.]+)\s+[\d.]+x$", out, re.M)
+        assert match, label
+        values[label] = (float(match.group(1)), float(match.group(2)))
+    before_start, after_start = values["start evaluation"]
+    assert before_start == values["evaluation (a point)"][0]  # computed: a point's cost
+    assert after_start < before_start  # reused: the material and a look-up
+    assert re.search(r"before: \d+ steps, 4 later points \+ the start", out)
+    assert "outside CPU load during the run" in out
+
+
+def test_perf_phases_refuses_a_config_of_its_own(capsys):
+    assert main(["perf", "--phases", "--config", "x.yaml"]) == 2
+    assert "--phases: measures the standard suites' hard run" in capsys.readouterr().err
+
+
+def test_the_project_arithmetic_of_perf_phases():
+    from creditbench.harness.config import RunConfig
+    from creditbench.tools.perf_phases import project
+
+    config = RunConfig()
+    config.budget.eval_fractions = [0.0, 0.25, 0.5, 0.75, 1.0]
+    computed = project(config, 10.0, 2.5, {"step": 3.0, "eval": 7.0}, None)
+    assert computed["steps"] == 4 and computed["training"] == 12.0
+    assert computed["evaluation"] == 5 * 7.0 and computed["run"] == 47.0
+    reused = project(config, 10.0, 3.0, {"step": 3.0, "eval": 7.0}, 0.5)
+    assert reused["steps"] == 4 and reused["evaluation"] == 4 * 7.0 + 0.5

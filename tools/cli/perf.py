@@ -1,6 +1,9 @@
-"""``creditbench perf``: where a step's time goes, by phase, against a plain loop and TRL's step.
+"""``creditbench perf``: where a step's time goes, by phase, against a plain loop and TRL's step;
+with ``--phases``, what one hard-setting run costs, training and evaluation apart, before and
+after protocol 2.
 
 creditbench perf
+creditbench perf --phases
 """
 
 from __future__ import annotations
@@ -27,6 +30,17 @@ def _cmd_perf(args: argparse.Namespace) -> int:
         return usage_error("perf", message)
     set_threads(args.threads)
     quiet_transformers()
+    if args.phases:
+        from creditbench.tools.perf_phases import run_phases
+
+        if args.config:
+            return usage_error(
+                "perf", "--phases: measures the standard suites' hard run and takes no --config"
+            )
+        try:
+            return run_phases(args.overrides, repeats=args.repeats)
+        except ConfigError as err:
+            return usage_error("perf", str(err))
     try:
         return run_perf(
             args.config,
@@ -50,5 +64,11 @@ def add_perf_command(sub: argparse._SubParsersAction) -> None:
         "--methods", nargs="*", help="methods to time one step of (default: all; none: skip)"
     )
     p.add_argument("--no-trl", action="store_true", help="skip the TRL GRPOTrainer step")
+    p.add_argument(
+        "--phases",
+        action="store_true",
+        help="one hard-setting run's core-seconds, training and evaluation apart, before and "
+        "after protocol 2 (the standard suite's hard GRPO run), side by side",
+    )
     p.add_argument("--threads", type=positive_int)
     p.set_defaults(func=_cmd_perf)

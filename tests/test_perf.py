@@ -134,6 +134,8 @@ def test_perf_phases_projects_a_hard_run_before_and_after_side_by_side(capsys):
     assert before_start == values["evaluation (a point)"][0]  # computed: a point's cost
     assert after_start < before_start  # reused: the material and a look-up
     assert re.search(r"before: \d+ steps, 4 later points \+ the start", out)
+    for phase in ("generation", "update"):  # a batch 4x the run's, per token
+        assert re.search(rf"^\s+{phase}\s+\d+\s+\d+\s+[\d.]+x \(the most", out, re.M), phase
     assert "outside CPU load during the run" in out
 
 

@@ -112,6 +112,7 @@ def run_phases(overrides: list[str], repeats: int = 3) -> int:
         for name in order
     }
     print_projection(trainers, projected, wall, repeats)
+    print_batch_scaling(overrides, repeats)
     from creditbench.harness.records.rundir import capture_environment
 
     if capture_environment().get("git_dirty") is not False:
@@ -231,3 +232,77 @@ def print_projection(trainers, projected, wall, repeats: int) -> None:
         f"core-seconds more, {after['evaluation'] - after['start'] + after['eval']:.0f} in all; "
         "the other runs of that seed reuse it)"
     )
+
+
+# How much cheaper a token gets in a batch this many times the run's: what several seeds in one
+# process (stacked weights, one generation for all) could save at most, since a stacked batch
+# does at least the work of one batch that large
+SCALE = 4
+
+
+def print_batch_scaling(overrides: list[str], repeats: int) -> None:
+    """Core-seconds per token of the run's generation and update at its batch (4 prompts x 8)
+    and at ``SCALE`` times as many prompts: the spare arithmetic larger batches would use."""
+    import torch
+
+    from creditbench.harness.sampling.rollout import sample_responses
+    from creditbench.harness.training.ppo import ppo_update
+    from creditbench.harness.training.trainer import Trainer
+
+    measure = ["budget.unit=steps", "budget.amount=1000000", "train.lr=1e-12"]
+    rates: dict[int, dict[str, float]] = {}
+    base = suite_run_config(SUITE, HARD_RUN, overrides).rollout.prompts_per_step
+    for prompts in (base, SCALE * base):
+        config = suite_run_config(
+            SUITE, HARD_RUN, [*overrides, *measure, f"rollout.prompts_per_step={prompts}"]
+        )
+        trainer = Trainer(config)
+        trainer.build()
+        texts = [p.prompt for p in trainer.services.train_problems[:prompts]]
+        rollout = config.rollout
+        generation, update = [], []
+        for repeat in range(repeats):
+            cpu = time.process_time()
+            samples = sample_responses(
+                trainer.policy,
+                trainer.tokenizer,
+                texts,
+                n=rollout.group_size,
+                max_new_tokens=rollout.max_new_tokens,
+                temperature=rollout.temperature,
+                seed=repeat,
+            )
+            generation.append(float(samples.new_tokens.sum()) / (time.process_time() - cpu))
+            batch = trainer.services.sample_batch()
+            advantages = trainer.method.advantages(batch, trainer.services)
+            lengths = torch.cat([batch.prompt_mask, batch.response_mask], 1).sum(-1).long()
+            cpu = time.process_time()
+            ppo_update(
+                trainer.policy,
+                trainer.optimizer,
+                trainer.method,
+                batch,
+                advantages,
+                train=config.train,
+                micro_batch_size=trainer.micro_batch_size,
+                temperature=rollout.temperature,
+                meter=trainer.meter,
+                lengths=lengths,
+                seed=repeat,
+                step=0,
+            )
+            update.append(float(batch.response_mask.sum()) / (time.process_time() - cpu))
+        rates[prompts] = {
+            "generation": statistics.median(generation),
+            "update": statistics.median(update),
+        }
+    small, large = rates[base], rates[SCALE * base]
+    print(
+        f"\nthe spare arithmetic: tokens per core-second at the run's batch ({base} prompts) and "
+        f"at {SCALE}x it, median of {repeats}:"
+    )
+    for phase in ("generation", "update"):
+        print(
+            f"  {phase:<11} {small[phase]:8.0f} {large[phase]:8.0f}   "
+            f"{large[phase] / small[phase]:.2f}x (the most stacking {SCALE} seeds could gain)"
+        )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
+from processes import processes_mentioning
 
 from creditbench.harness.records.rundir import RunDir
 from creditbench.methods.registry import list_methods
@@ -281,18 +281,6 @@ budget: {{unit: steps, amount: 2}}
     assert sorted(p.name for p in results.rglob("*")) == before
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode():
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 @pytest.mark.slow
 def test_sigterm_to_bench_stops_its_workers_and_says_so(tmp_path):
     """SIGTERM ends bench as Ctrl-C does: its workers stop with it (they trained on, orphaned),
@@ -325,7 +313,7 @@ def test_sigterm_to_bench_stops_its_workers_and_says_so(tmp_path):
         deadline = time.monotonic() + 120
         while not list(results.glob("chain-*/metrics.jsonl")) and time.monotonic() < deadline:
             time.sleep(0.5)  # until the worker trains
-        assert len(_processes_mentioning(str(results))) == 2  # bench and its worker
+        assert len(processes_mentioning(str(results))) == 2  # bench and its worker
         bench.send_signal(signal.SIGTERM)
         _, err = bench.communicate(timeout=60)
     finally:
@@ -334,4 +322,4 @@ def test_sigterm_to_bench_stops_its_workers_and_says_so(tmp_path):
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("bench:")]
     assert lines == [lines[-1]] and "interrupted" in lines[-1] and "Traceback" not in err
     time.sleep(2)
-    assert _processes_mentioning(str(results)) == []  # no worker left training
+    assert processes_mentioning(str(results)) == []  # no worker left training

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import processes_mentioning
 
 from creditbench.tools.campaign.plan import PlanError, load_plan, plan_path
 from creditbench.tools.campaign.worktrees import CheckoutError, checkout, pinned_cli
@@ -215,18 +216,6 @@ def tiny_campaign(tmp_path: Path, clone: Path, head: str) -> Path:
     return plan
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode():
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 @pytest.mark.slow
 def test_a_campaign_runs_is_killed_resumes_and_syncs(tmp_path, clone, head, capsys) -> None:
     plan = tiny_campaign(tmp_path, clone, head)
@@ -254,7 +243,7 @@ def test_a_campaign_runs_is_killed_resumes_and_syncs(tmp_path, clone, head, caps
     assert first.returncode == 130, err.decode()
     assert "creditbench campaign: interrupted" in err.decode()
     time.sleep(2)
-    assert _processes_mentioning(str(work)) == []  # its bench and the bench's worker stopped
+    assert processes_mentioning(str(work)) == []  # its bench and the bench's worker stopped
     assert len(list(runs.glob("chain-*/summary.json"))) < 2  # they did not train on
 
     again = subprocess.run(command, env=env, capture_output=True, text=True)

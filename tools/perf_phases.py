@@ -130,24 +130,10 @@ def ev_fractions(trainer) -> list[float]:
 
 def later_point_evaluation(trainer) -> dict[str, Any]:
     """One evaluation with the run's settings, as at a later budget fraction."""
-    from creditbench.harness.training.evaluation import evaluate
+    from creditbench.harness.training.evaluation import evaluate, evaluation_settings
 
-    return evaluate(trainer.policy, trainer.tokenizer, trainer.task, **evaluation_settings(trainer))
-
-
-def evaluation_settings(trainer) -> dict[str, Any]:
-    ev, config = trainer.config.eval, trainer.config
-    return dict(
-        n_problems=ev.n_problems,
-        k_samples=ev.k_samples,
-        greedy=ev.greedy,
-        temperature=ev.temperature,
-        batch_size=ev.batch_size,
-        max_new_tokens=config.rollout.max_new_tokens,
-        seed=config.seed,
-        engine=config.rollout.backend,
-        problems=ev.problems,
-    )
+    settings = evaluation_settings(trainer.config, trainer.config.rollout.backend)
+    return evaluate(trainer.policy, trainer.tokenizer, trainer.task, **settings)
 
 
 def start_evaluation_seconds(trainer) -> float | None:
@@ -156,15 +142,15 @@ def start_evaluation_seconds(trainer) -> float | None:
     if not trainer.reuse_initial_evaluation:
         return None
     from creditbench.harness.records.rundir import capture_environment
-    from creditbench.harness.training.evaluation import initial_evaluation_material
+    from creditbench.harness.training.evaluation import (
+        evaluation_settings,
+        initial_evaluation_material,
+    )
 
     cpu = time.process_time()
+    settings = evaluation_settings(trainer.config, trainer.config.rollout.backend)
     initial_evaluation_material(
-        trainer.policy,
-        trainer.tokenizer,
-        trainer.task,
-        evaluation_settings(trainer),
-        capture_environment(),
+        trainer.policy, trainer.tokenizer, trainer.task, settings, capture_environment()
     )
     return time.process_time() - cpu
 

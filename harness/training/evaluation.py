@@ -123,6 +123,23 @@ def evaluate(
     return result
 
 
+def evaluation_settings(config, engine: str) -> dict[str, Any]:
+    """The keyword arguments of :func:`evaluate` for a run of ``config`` (a ``RunConfig``):
+    its eval section, its token limit and seed, and the sampler ``engine``."""
+    ev = config.eval
+    return dict(
+        n_problems=ev.n_problems,
+        k_samples=ev.k_samples,
+        greedy=ev.greedy,
+        temperature=ev.temperature,
+        batch_size=ev.batch_size,
+        max_new_tokens=config.rollout.max_new_tokens,
+        seed=config.seed,
+        engine=engine,
+        problems=ev.problems,
+    )
+
+
 def policy_digest(model) -> str:
     """sha256 of every parameter and buffer of ``model`` (names, dtypes, shapes and bytes)."""
     digest = hashlib.sha256()

@@ -50,6 +50,7 @@ from creditbench.harness.sampling.rollout import derive_seed, sequence_lengths
 from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.training.evaluation import (
     evaluate,
+    evaluation_settings,
     initial_evaluation_material,
     reuse_initial_evaluation,
 )
@@ -315,18 +316,8 @@ class Trainer:
     def _evaluate(self, logger: _Logger, fractions: list[float]) -> None:
         if not fractions:
             return
-        ev = self.config.eval
-        settings = dict(
-            n_problems=ev.n_problems,
-            k_samples=ev.k_samples,
-            greedy=ev.greedy,
-            temperature=ev.temperature,
-            batch_size=ev.batch_size,
-            max_new_tokens=self.config.rollout.max_new_tokens,
-            seed=self.config.seed,
-            engine=self.config.rollout.backend if self.services.sampler is None else "auto",
-            problems=ev.problems,
-        )
+        engine = self.config.rollout.backend if self.services.sampler is None else "auto"
+        settings = evaluation_settings(self.config, engine)
         started = time.perf_counter()
 
         def compute() -> dict[str, Any]:

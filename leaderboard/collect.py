@@ -4,16 +4,21 @@ A run directory is any folder holding ``config.yaml``, and a run's records packe
 ``<run name>.tar.xz`` read as its folder (both found and read with :mod:`.files`).
 A run is read only when it is finished: ``summary.json`` parses and says ``"status":
 "finished"``. Everything else (no summary yet, a failed run, an unreadable file, a finished run
-without evaluations) is skipped with a warning that names the folder; a finished run whose
-``metrics.jsonl`` holds a line the harness never writes is an error naming the file and line.
+without evaluations or whose evaluations end short of its budget) is skipped with a warning that
+names the folder; a finished run whose ``metrics.jsonl`` holds a line the harness never writes
+is an error naming the file and line.
 
 The table (a pandas DataFrame) has two kinds of rows, told apart by ``kind``:
 
-- ``"eval"``: one per run and evaluation point, with ``budget_fraction``, ``responses_trained``
+- ``"eval"``: one per run and evaluation point, with ``budget_fraction`` (the fraction of the
+  budget it was scheduled at, ``budget.eval_fractions``: the same points in every run),
+  ``spent_fraction`` (the share of the budget spent when it happened, where the AUC puts it:
+  :func:`~creditbench.harness.records.files.spent_fraction`), ``responses_trained``
   (responses the run had trained on by then) and the evaluation metrics (``sampled_accuracy``,
   ``greedy_accuracy``, ``pass_at_k``, ...);
 - ``"run"``: one per run (``budget_fraction`` empty) with ``start_accuracy`` (at fraction 0),
-  ``final_accuracy``, ``auc`` (and
+  ``final_accuracy``, ``auc`` (the area under accuracy against the spent fraction, over the
+  whole budget: :func:`~creditbench.harness.records.files.budget_auc`; and
   ``final_<metric>``, ``auc_<metric>`` for each accuracy metric every evaluation has), the
   means of the step-level diagnostics (``credit_precision``, ``credit_auroc``, ``entropy``, ...)
   plus the filler entropy at the first and last logged step and its drift (last - first).
@@ -57,13 +62,14 @@ import pandas as pd
 from creditbench.harness.records.files import (
     DamagedRunError,
     RunFormatError,
+    budget_auc,
     find_runs,
     is_run_archive,
     read_metric_lines,
     read_record_bytes,
     read_run_config,
     run_name,
-    trapezoid,
+    spent_fraction,
 )
 
 # Config fields that name where or how a run was executed, not what it computed.
@@ -211,6 +217,11 @@ def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict], dict[s
     if not by_fraction:
         raise RunFormatError("finished but metrics.jsonl holds no evaluation")
     evals = [dict(by_fraction[f], fraction=f) for f in sorted(by_fraction)]
+    if spent_fraction(evals[-1]) < 1.0:
+        raise RunFormatError(
+            f"its evaluations end at {spent_fraction(evals[-1]):.3g} of the budget, short of "
+            "its end: no AUC over the whole budget"
+        )
     return config, evals, steps, _run_seconds(summary, records)
 
 
@@ -251,17 +262,17 @@ def _run_rows(
             **base,
             "kind": "eval",
             "budget_fraction": entry["fraction"],
+            "spent_fraction": spent_fraction(entry),
             "step": step,
             "responses_trained": trained(step) if isinstance(step, int) else math.nan,
         }
         row.update({k: entry[k] for k in EVAL_METRICS if _finite(entry.get(k))})
         rows.append(row)
     run_row: dict[str, Any] = {**base, "kind": "run", "accuracy_metric": metric}
-    fractions = [e["fraction"] for e in evals]
     for name in ("sampled_accuracy", "greedy_accuracy"):
         if all(_finite(e.get(name)) for e in evals):
             run_row[f"final_{name}"] = float(evals[-1][name])
-            run_row[f"auc_{name}"] = trapezoid(fractions, [e[name] for e in evals])
+            run_row[f"auc_{name}"] = budget_auc(evals, name)
     run_row["final_accuracy"] = run_row.get(f"final_{metric}", math.nan)
     first = evals[0]
     run_row["start_accuracy"] = (

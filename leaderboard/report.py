@@ -53,7 +53,9 @@ class LeaderboardError(ValueError):
 
 HOW_TO_READ = (
     "How to read: final accuracy is the eval accuracy at the end of the budget; AUC is the "
-    "area under accuracy against budget fraction (a run at constant accuracy a scores a). "
+    "area under accuracy against the share of the budget spent, over the whole budget, each "
+    "evaluation placed where it happened (a run at constant accuracy a scores a; the last "
+    "step's spending past the budget earns nothing). "
     "A gain over GRPO is read seed by seed (seed s of every method starts from the same base "
     "and draws the same first prompts): the mean gap, its 95% percentile bootstrap interval "
     "in brackets, its 95% t interval after t, and k/n, the seeds of n at which the method is "

@@ -8,8 +8,10 @@ Per method and task (a *group* is one task, task options and setting; see
 :mod:`leaderboard.collect`):
 
 - **final accuracy**: the accuracy at the last evaluation; **AUC**: the area under the
-  accuracy-versus-budget-fraction curve (trapezoid rule over the evaluation fractions, so a
-  run that stays at accuracy a over the whole budget scores a). The accuracy is
+  accuracy-versus-budget-fraction curve over the budget [0, 1], each evaluation placed at the
+  share of the budget spent when it happened, linear in between, the segment past 1 cut at 1
+  (:func:`~creditbench.harness.records.files.budget_auc`), so a run that stays at accuracy a
+  over the whole budget scores a. The accuracy is
   ``sampled_accuracy`` when every run of the group has it, ``greedy_accuracy`` otherwise.
 - mean and IQM with **stratified bootstrap 95% confidence intervals** over seeds (percentile
   method, seeds resampled with replacement within each task, ``reps`` draws from a fixed seed).

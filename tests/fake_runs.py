@@ -34,12 +34,14 @@ def make_run(
     wall_seconds=None,
     eval_seconds=2.0,
     eval_length=None,
+    eval_spent=None,
     **sections,
 ):
     """A run as the trainer writes it; ``sections`` update config sections (rollout={...});
     ``step_seconds`` (one per step) and ``wall_seconds`` replace the method's usual times,
-    ``eval_seconds`` is each evaluation's and ``eval_length`` its samples' mean length (none
-    recorded by default)."""
+    ``eval_seconds`` is each evaluation's and ``eval_length`` its samples' mean length, and
+    ``eval_spent`` the budget spent at each evaluation (its ``budget_fraction``; none recorded
+    by default, as in records older than the field)."""
     length = {} if eval_length is None else {"mean_length": eval_length}
     config = to_dict(RunConfig(method=method, seed=seed, task=task, task_options={"steps": steps}))
     config.update(run_name=name, output_dir=str(root))
@@ -48,11 +50,13 @@ def make_run(
     run = RunDir(root / name)
     run.create(config, dict(environment))
     accuracy = [START + 0.01 * seed + SLOPE.get(method, 0.15) * f for f in FRACTIONS]
+    spent = [{} if eval_spent is None else {"budget_fraction": s} for s in eval_spent or FRACTIONS]
     run.append_metrics(
         {
             "step": 0,
             "eval": {
                 "fraction": 0.0,
+                **spent[0],
                 "step": 0,
                 "sampled_accuracy": accuracy[0],
                 "greedy_accuracy": accuracy[0],
@@ -85,6 +89,7 @@ def make_run(
                 "step": step,
                 "eval": {
                     "fraction": FRACTIONS[step],
+                    **spent[step],
                     "step": step,
                     "sampled_accuracy": accuracy[step],
                     "greedy_accuracy": accuracy[step],

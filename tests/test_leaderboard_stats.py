@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from creditbench.harness.diagnostics.credit import auroc, credit_diagnostics
-from creditbench.harness.records.files import trapezoid
 from creditbench.leaderboard.board import summarize
 from creditbench.leaderboard.collect import options_key
 from creditbench.leaderboard.gains import gain, ranked, scale_position
@@ -28,13 +27,6 @@ def test_iqm_is_the_mean_of_the_middle_half():
     assert iqm([1, 2, 3, 4, 5, 6, 7, 8]) == pytest.approx(4.5)  # mean of 3, 4, 5, 6
     assert iqm([100, 1, 3, 2]) == pytest.approx(2.5)  # 1 and 100 cut: mean of 2, 3
     assert iqm([0.2, 0.4, 0.9]) == pytest.approx(0.5)  # 25% of 3 runs cuts none
-
-
-def test_trapezoid_auc_over_budget_fractions():
-    assert trapezoid([0.0, 0.5, 1.0], [0.0, 1.0, 1.0]) == pytest.approx(0.75)
-    assert trapezoid([0.0, 0.25, 1.0], [0.2, 0.4, 0.4]) == pytest.approx(0.075 + 0.3)
-    assert trapezoid([0.0, 1.0], [0.3, 0.3]) == pytest.approx(0.3)  # constant a scores a
-    assert trapezoid([1.0], [0.7]) == 0.0
 
 
 def _paired(values: dict[str, list[float]], column: str = "auc") -> pd.DataFrame:

@@ -24,9 +24,11 @@ import functools
 import io
 import json
 import lzma
+import math
 import os
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,12 +159,58 @@ def read_metric_lines(
     return out
 
 
-def trapezoid(xs: list[float], ys: list[float]) -> float:
-    """Area under the piecewise-linear curve through ``(xs, ys)``; one point gives 0. The AUC a
-    run's ``summary.json`` records and the board's ``auc`` column, computed by one rule."""
-    return sum(
-        (x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:], strict=False)
-    )
+def spent_fraction(entry: dict[str, Any]) -> float:
+    """Where an evaluation record (an ``"eval"`` entry of ``metrics.jsonl``) happened, as a share
+    of the run's budget: its ``budget_fraction``, the share spent by then (above 1 at the run's
+    end, whose last step overshoots the budget), or the fraction it was scheduled at
+    (``fraction``) where that is not recorded: a budget in wall-clock seconds, whose spent share
+    is not reproducible, and records written before the field."""
+    spent = entry.get("budget_fraction")
+    if isinstance(spent, (int, float)) and not isinstance(spent, bool) and math.isfinite(spent):
+        return float(spent)
+    return float(entry["fraction"])
+
+
+def area_until(xs: Sequence[float], ys: Sequence[float], end: float) -> float:
+    """Area under the piecewise-linear curve through ``(xs, ys)`` from its first point to
+    ``end``; one point at ``end`` gives 0.
+
+    The curve past ``end`` earns nothing: the segment that crosses ``end`` is cut there, its
+    value at ``end`` read on the line between the two points that bracket it. So a run whose
+    last evaluation falls at 1.16 of its budget is credited over [0, 1] with what it showed by
+    then, never with what the extra 0.16 bought it.
+
+    Raises:
+        ValueError: ``xs`` decrease somewhere, or the curve stops short of ``end`` (its last
+            point lies before it: what it would have shown up to ``end`` is not measured).
+    """
+    if len(xs) != len(ys) or not xs:
+        raise ValueError(f"a curve needs one value a point, and a point: {len(xs)}, {len(ys)}")
+    if any(b < a for a, b in zip(xs, xs[1:], strict=False)):
+        raise ValueError(f"the points of a curve must not decrease: {list(xs)}")
+    if xs[-1] < end:
+        raise ValueError(f"the curve ends at {xs[-1]:.4g}, short of {end:g}")
+    area = 0.0
+    for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:], strict=False):
+        if x0 >= end:
+            break
+        if x1 > end:  # the segment that crosses the end: cut at it
+            y1 = y0 + (y1 - y0) * (end - x0) / (x1 - x0)
+            x1 = end
+        area += (x1 - x0) * (y0 + y1) / 2
+    return area
+
+
+def budget_auc(evals: Sequence[dict[str, Any]], metric: str) -> float:
+    """The AUC of a run's evaluation records (in order) in ``metric``: the area under the
+    metric against the share of the budget spent at each evaluation (:func:`spent_fraction`),
+    up to the whole budget (:func:`area_until` its end, 1). The AUC a run's ``summary.json``
+    records and the board's ``auc`` column, computed by this one rule.
+
+    Raises:
+        ValueError: the evaluations end short of the whole budget (a run that stopped early).
+    """
+    return area_until([spent_fraction(e) for e in evals], [e[metric] for e in evals], 1.0)
 
 
 # A finished run's committed records: one xz-compressed tar per run (module doc).

@@ -6,7 +6,7 @@ from typing import Any
 
 from creditbench.harness.budget import BudgetMeter
 from creditbench.harness.config import RunConfig
-from creditbench.harness.records.files import trapezoid
+from creditbench.harness.records.files import budget_auc, spent_fraction
 
 
 def default_run_name(config: RunConfig) -> str:
@@ -43,7 +43,8 @@ def run_summary(
     error: str | None = None,
 ) -> dict[str, Any]:
     """``summary.json``: status, identity, budget spent, first/last/best evaluation and the
-    area under the accuracy-versus-budget-fraction curve."""
+    area under the accuracy-versus-budget-fraction curve (:func:`budget_auc`; left out when the
+    evaluations end short of the budget). ``evals``: the evaluations at budget fractions."""
     summary: dict[str, Any] = {
         "status": status,
         "method": config.method,
@@ -66,11 +67,11 @@ def run_summary(
         key = "sampled_accuracy" if "sampled_accuracy" in evals[-1] else "greedy_accuracy"
         summary["best_eval"] = max(evals, key=lambda e: e.get(key, 0.0))
         summary["improvement"] = evals[-1].get(key, 0.0) - evals[0].get(key, 0.0)
-        xs = [min(e["fraction"], 1.0) for e in evals]
-        summary["auc"] = {
-            metric: trapezoid(xs, [e[metric] for e in evals])
-            for metric in ("sampled_accuracy", "greedy_accuracy")
-            if all(metric in e for e in evals)
-        }
+        if spent_fraction(evals[-1]) >= 1.0:  # a run stopped early has no AUC over its budget
+            summary["auc"] = {
+                metric: budget_auc(evals, metric)
+                for metric in ("sampled_accuracy", "greedy_accuracy")
+                if all(metric in e for e in evals)
+            }
     summary["time"] = {"wall_seconds": wall_seconds, "budget_seconds": meter.seconds}
     return summary

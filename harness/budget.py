@@ -60,11 +60,10 @@ def _triangle(n: int) -> int:
     return n * (n + 1) // 2
 
 
-def crossed_fractions(
-    before: float | None, after: float, fractions: Iterable[float]
-) -> list[float]:
-    """Fractions ``f`` in ``(before, after]``; every ``f <= after`` when ``before`` is None."""
-    return [f for f in fractions if (before is None or before < f) and f <= after]
+def crossed_marks(before: float | None, after: float, marks: Iterable[float]) -> list[float]:
+    """The marks ``m`` in ``(before, after]`` (every ``m <= after`` when ``before`` is None):
+    the evaluation points a step passed, shares of the budget or counts of trained responses."""
+    return [m for m in marks if (before is None or before < m) and m <= after]
 
 
 def count_non_embedding_params(model: Any) -> int:
@@ -331,7 +330,7 @@ class BudgetMeter:
         where the spent fraction is ``>= f``; call with ``before=None`` before training to get
         the fractions already reached (``[0.0]`` when 0 is among them).
         """
-        return crossed_fractions(before, self.fraction(), fractions)
+        return crossed_marks(before, self.fraction(), fractions)
 
     def counters(self) -> dict[str, float]:
         """The counters as one flat dict, for a metrics record."""

@@ -210,19 +210,27 @@ class VLLMConfig:
 
 @dataclass
 class BudgetConfig:
-    """The compute budget and the budget fractions at which the policy is evaluated.
+    """The compute budget and the points at which the policy is evaluated.
 
     ``unit``: ``flops`` (see :mod:`creditbench.harness.budget`), ``seconds`` (wall clock),
     ``tokens`` (generated tokens) or ``steps`` (optimizer steps). ``amount`` 0 means "not set
     here": the suite or the task default sets it before the run starts.
+
+    ``eval_fractions``: shares of the budget; the policy is evaluated after the first step that
+    reaches each (the equal-compute axis). ``eval_responses``: counts of trained responses; the
+    policy is also evaluated after the first step whose responses trained on so far reach each
+    (the equal-samples axis, read only from these evaluations: docs/harness.md). Empty by
+    default; evaluations are outside the budget and draw from their own seeds, so adding them
+    changes no step of training.
     """
 
     unit: str = "flops"
     amount: float = 0.0
     eval_fractions: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    eval_responses: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        fractions = self.eval_fractions
+        fractions, counts = self.eval_fractions, self.eval_responses
         check_fields(
             self,
             [
@@ -230,13 +238,15 @@ class BudgetConfig:
                 ("amount", self.amount >= 0, "must be >= 0 (0: set by the suite or default)"),
                 ("eval_fractions", len(fractions) > 0, "must not be empty"),
                 ("eval_fractions", all(0 <= f <= 1 for f in fractions), "must lie in [0, 1]"),
-                (
-                    "eval_fractions",
-                    all(a < b for a, b in zip(fractions[:-1], fractions[1:], strict=True)),
-                    "must be strictly increasing",
-                ),
+                ("eval_fractions", _increasing(fractions), "must be strictly increasing"),
+                ("eval_responses", all(n >= 1 for n in counts), "must be counts >= 1"),
+                ("eval_responses", _increasing(counts), "must be strictly increasing"),
             ],
         )
+
+
+def _increasing(values: Sequence[float]) -> bool:
+    return all(a < b for a, b in zip(values[:-1], values[1:], strict=True))
 
 
 @dataclass

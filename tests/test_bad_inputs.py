@@ -123,6 +123,8 @@ SETTINGS = [
     ("budget.amount=-1", "budget.amount: must be >= 0"),
     ("budget.eval_fractions=[1.5]", "budget.eval_fractions: must lie in [0, 1]"),
     ("budget.eval_fractions=3", "budget.eval_fractions: expected a list"),
+    ("budget.eval_responses=[0, 64]", "budget.eval_responses: must be counts >= 1"),
+    ("budget.eval_responses=[512, 256]", "budget.eval_responses: must be strictly increasing"),
     ("eval.n_problems=0", "eval.n_problems: must be >= 1"),
     ("eval.k_samples=-1", "eval.k_samples: must be >= 0"),
     ("eval.batch_size=0", "eval.batch_size: must be >= 1"),

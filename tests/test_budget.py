@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from creditbench.harness.budget import BudgetMeter, count_non_embedding_params, crossed_fractions
+from creditbench.harness.budget import BudgetMeter, count_non_embedding_params, crossed_marks
 
 N, LAYERS, D = 1000, 3, 16
 
@@ -195,8 +195,8 @@ def test_eval_fractions_crossed():
         m.charge_optimizer_step()
         seen += m.fraction_crossed(before, fractions)
     assert seen == [0.25, 0.5, 0.75, 1.0]  # each one exactly once, at the first step >= f
-    assert crossed_fractions(0.1, 0.8, fractions) == [0.25, 0.5, 0.75]
-    assert crossed_fractions(0.25, 0.3, fractions) == []
+    assert crossed_marks(0.1, 0.8, fractions) == [0.25, 0.5, 0.75]
+    assert crossed_marks(0.25, 0.3, fractions) == []
 
 
 def test_count_non_embedding_params_excludes_tied_and_untied_embeddings():

@@ -147,9 +147,39 @@ DRIVER = textwrap.dedent(
 )
 
 
+def test_an_evaluation_lands_at_the_step_that_reaches_each_count_of_trained_responses(
+    test_methods, nano_policy, tmp_path
+):
+    """budget.eval_responses: 9 responses a step (3 prompts x 3), so 9 is reached exactly at
+    step 1, 10 and 18 at step 2, 27 at step 3; 1000 never. Each is evaluated once, apart from
+    the evaluations at budget fractions, and adding them changes no step of training."""
+    counts = "budget.eval_responses=[9, 10, 18, 27, 1000]"
+    summary = run(nano_policy, tmp_path / "counts", TOKEN_METHOD, counts)
+    records = without_time(RunDir(tmp_path / "counts").read_metrics())
+    evals = [r for r in records if "eval" in r]
+    at_counts = [(r["eval"]["responses"], r["step"]) for r in evals if "responses" in r["eval"]]
+    assert at_counts == [(9, 1), (10, 2), (18, 2), (27, 3)]
+    trained = {r["step"]: r["responses"] for r in records if "eval" not in r}
+    assert all(sum(trained[s] for s in range(1, step + 1)) >= n for n, step in at_counts)
+    assert all(sum(trained[s] for s in range(1, step)) < n for n, step in at_counts)
+    # one evaluation a step, logged under each mark it serves: the same numbers
+    step2 = [r["eval"] for r in evals if r["step"] == 2]
+    assert len(step2) == 2 and step2[0]["sampled_accuracy"] == step2[1]["sampled_accuracy"]
+
+    plain = run(nano_policy, tmp_path / "plain")
+    plain_records = without_time(RunDir(tmp_path / "plain").read_metrics())
+    assert [r for r in records if "responses" not in r.get("eval", {})] == plain_records
+    assert {k: v for k, v in summary.items() if k not in ("time", "run_name")} == {
+        k: v for k, v in plain.items() if k not in ("time", "run_name")
+    }
+
+
 @pytest.mark.parametrize("method", [TOKEN_METHOD, "prime"])  # prime: a second trained model
 def test_kill_and_resume_matches_an_uninterrupted_run(test_methods, nano_policy, tmp_path, method):
-    extra = ("budget.amount=8", "checkpoint_every=2", "eval.k_samples=0")
+    # evaluations at counts of trained responses (9 a step) too: those the killed process
+    # logged after its last checkpoint are logged again on resume, never twice
+    counts = "budget.eval_responses=[9, 27, 45, 63]"
+    extra = ("budget.amount=8", "checkpoint_every=2", "eval.k_samples=0", counts)
     reference = run(nano_policy, tmp_path / "reference", method, *extra)
 
     driver = tmp_path / "driver.py"
@@ -188,6 +218,8 @@ def test_kill_and_resume_matches_an_uninterrupted_run(test_methods, nano_policy,
     assert without_time(RunDir(killed).read_metrics()) == without_time(
         RunDir(tmp_path / "reference").read_metrics()
     )
+    marks = [r["eval"].get("responses") for r in RunDir(killed).read_metrics() if "eval" in r]
+    assert [m for m in marks if m is not None] == [9, 27, 45, 63]
     # the responses logged for `creditbench explain` resume as the metrics do
     logged = RunDir(tmp_path / "reference").read_responses()
     assert logged and RunDir(killed).read_responses() == logged

@@ -8,7 +8,8 @@ One step::
         loss = method.loss(logprobs, micro, adv, normalizers); loss.backward()
         clip gradients; AdamW step
 
-until the budget meter says the budget is spent; evaluations at fixed fractions of the budget.
+until the budget meter says the budget is spent; evaluations at fixed fractions of the budget
+and, where the config asks, at counts of trained responses (``budget.eval_responses``).
 
 Determinism: every random draw is seeded from ``(run seed, step, ...)`` (prompts, sampling,
 minibatch order), so the same config and seed give the same ``metrics.jsonl`` and a resumed run
@@ -22,12 +23,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from creditbench.harness.budget import crossed_marks
 from creditbench.harness.config import ConfigError, RunConfig, from_dict, resolve_run, to_dict
 from creditbench.harness.diagnostics.explain import response_samples
 from creditbench.harness.diagnostics.step import (
@@ -130,7 +132,8 @@ class Trainer:
         self.optimizer, self.meter = models.optimizer, models.meter
         self.services, self.micro_batch_size = models.services, models.micro_batch_size
         self.step = 0
-        self.evals: list[dict[str, Any]] = []
+        self.responses_trained = 0  # the steps' trained responses so far (budget.eval_responses)
+        self.evals: list[dict[str, Any]] = []  # the evaluations at budget fractions
         self.last_credit: tuple[RolloutBatch, torch.Tensor] | None = None  # for responses.jsonl
 
     # --- the loop ---------------------------------------------------------------------------
@@ -169,10 +172,11 @@ class Trainer:
         logger = _Logger(MetricsLogger(self.run_dir, purge_step=self.step + 1), on_record)
         try:
             fractions = list(self.config.budget.eval_fractions)
+            counts = list(self.config.budget.eval_responses)
             if self.step == 0 and not self.evals:
                 self._evaluate(logger, self.meter.fraction_crossed(None, fractions))
             while not self.meter.exhausted():
-                before = self.meter.fraction()
+                before, responses_before = self.meter.fraction(), self.responses_trained
                 try:
                     record = self.train_step()
                 except NonFiniteError as err:
@@ -181,12 +185,12 @@ class Trainer:
                     )
                     raise
                 logger.log(record)
-                self._evaluate(logger, self.meter.fraction_crossed(before, fractions))
-                if self.meter.exhausted() and (
-                    not self.evals or self.evals[-1]["step"] != self.step
-                ):
-                    self._evaluate(logger, [1.0])
-                if self.evals and self.evals[-1]["step"] == self.step:
+                self.responses_trained += int(record["responses"])
+                due = self.meter.fraction_crossed(before, fractions)
+                if self.meter.exhausted() and not due:
+                    due = [1.0]  # the step that spends the budget is always evaluated
+                passed = crossed_marks(responses_before, self.responses_trained, counts)
+                if self._evaluate(logger, due, [int(n) for n in passed]):
                     self._log_responses()
                 if self.step % self.config.checkpoint_every == 0 or self.meter.exhausted():
                     self._checkpoint()
@@ -313,9 +317,15 @@ class Trainer:
 
     # --- evaluation, checkpoints, summary -----------------------------------------------------
 
-    def _evaluate(self, logger: _Logger, fractions: list[float]) -> None:
-        if not fractions:
-            return
+    def _evaluate(
+        self, logger: _Logger, fractions: list[float], counts: Sequence[int] = ()
+    ) -> bool:
+        """Evaluate the policy once and log it as the evaluation at each budget fraction in
+        ``fractions`` (``"fraction"``, kept in :attr:`evals`) and at each count of trained
+        responses in ``counts`` (``"responses"``: the leaderboard tells the two apart by it);
+        whether anything was due."""
+        if not fractions and not counts:
+            return False
         engine = self.config.rollout.backend if self.services.sampler is None else "auto"
         settings = evaluation_settings(self.config, engine)
         started = time.perf_counter()
@@ -339,6 +349,11 @@ class Trainer:
             entry["step"] = self.step
             self.evals.append(entry)
             logger.log({"step": self.step, "eval": entry, "time": timing})
+        for count in counts:
+            entry = {"responses": count, **budget_fields(self.meter), **result}
+            entry["step"] = self.step
+            logger.log({"step": self.step, "eval": entry, "time": timing})
+        return True
 
     def _log_responses(self) -> None:
         """The responses of the batch just trained on, with their advantages, for ``explain``."""
@@ -352,7 +367,7 @@ class Trainer:
         # since (a run that silently mixed two learning rates is no run of either)
         config = json.loads(json.dumps(to_dict(self.config)))
         return {"step": self.step, "meter": self.meter.state_dict(), "evals": self.evals,
-                "config": config}  # fmt: skip
+                "responses_trained": self.responses_trained, "config": config}  # fmt: skip
 
     def _checkpoint(self) -> None:
         self.run_dir.save_checkpoint(
@@ -386,6 +401,7 @@ class Trainer:
             self.step = int(state["step"])
             self.meter.load_state_dict(state["meter"])
             self.evals = list(state["evals"])
+            self.responses_trained = int(state["responses_trained"])
         except (SafetensorError, OSError, KeyError, TypeError, ValueError, RuntimeError) as err:
             # a checkpoint damaged after it was marked complete (a truncated copy, an edit)
             missing = f"missing {err}" if isinstance(err, KeyError) else str(err).splitlines()[0]

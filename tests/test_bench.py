@@ -323,3 +323,21 @@ def test_sigterm_to_bench_stops_its_workers_and_says_so(tmp_path):
     assert lines == [lines[-1]] and "interrupted" in lines[-1] and "Traceback" not in err
     time.sleep(2)
     assert processes_mentioning(str(results)) == []  # no worker left training
+
+
+def test_the_tuning_suite_is_the_standard_hard_setting_at_three_lrs_on_seeds_no_board_uses():
+    """Stage 1 of the tuning rule (docs/testbed.md): every method and the oracle at 1.5e-5,
+    5e-5 and 1.5e-4, on seeds 22-23, with every other setting the standard suite's hard run."""
+    standard_path, tuning_path = suite_path("standard"), suite_path("tuning")
+    standard, tuning = load_suite(standard_path), load_suite(tuning_path)
+    assert {k: v for k, v in standard["settings"].items() if k != "train.lr"} == tuning["settings"]
+    assert tuning["grid"] == {"train.lr": [1.5e-5, 5e-5, 1.5e-4]}
+    assert standard["settings"]["train.lr"] in tuning["grid"]["train.lr"]
+    board_seeds = set(range(20))  # exploratory 0-9, confirmatory 10-19
+    assert tuning["seeds"] == [22, 23] and not board_seeds & set(tuning["seeds"])
+    hard = [t for t in standard["tasks"] if t.get("label") == "hard"]
+    assert tuning["tasks"] == hard and tuning["method_options"] == standard["method_options"]
+    runs = expand_suite(tuning, tuning_path)
+    methods = {run.method for run in expand_suite(standard, standard_path)}
+    assert {run.method for run in runs} == methods
+    assert len(runs) == len(methods) * 3 * 2

@@ -120,3 +120,21 @@ def test_a_checkout_plans_the_standard_suite_from_its_committed_records(
     out = capsys.readouterr().out
     assert "not measured  chain-easy-steps=8-grpo-s0" in out and "no --timings" in out
     assert not (tmp_path / "a").exists()  # a dry run writes nothing
+
+
+def test_a_grid_point_never_measured_is_estimated_by_its_setting_and_never_by_another():
+    """A tuning grid's runs (``...-lr=5e-05-grpo-s22``) take their setting's measured times; a
+    task option is never dropped, so another setting's runs never stand in for them."""
+    hard = "chain-hard-steps=10"
+    measured = {f"{hard}-grpo": [420.0], "chain-hard-grpo": [999.0]}
+    options = ['task_options={"steps": 10}']
+    grid = [
+        Run(name=f"{hard}-lr={lr}-grpo-s22", method="grpo", task="chain", seed=22,
+            overrides=[f"train.lr={lr}", *options], label=f"{hard}-lr={lr}")  # fmt: skip
+        for lr in ("1.5e-05", "5e-05", "0.00015")
+    ]
+    other = Run(name="chain-hard-steps=12-grpo-s0", method="grpo", task="chain", seed=0,
+                overrides=['task_options={"steps": 12}'], label="chain-hard-steps=12")  # fmt: skip
+    got = estimate_seconds([*grid, other], measured)
+    assert [got[run.name] for run in grid] == [420.0, 420.0, 420.0]
+    assert other.name not in got  # steps=12 never measured; steps is a task option, kept

@@ -26,6 +26,7 @@ Estimates are wall seconds on the machine and under the load the records were ma
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -47,6 +48,7 @@ def default_timings() -> list[Path]:
 
 
 _SEED = re.compile(r"-s\d+$")
+_LAST_PART = re.compile(r"-([A-Za-z_][\w.]*)=[^=]*$")  # a label's last key=value (5e-05 too)
 
 
 def setting_method(run_name: str) -> str:
@@ -85,14 +87,33 @@ def estimate_seconds(runs: Sequence[Any], measured: dict[str, list[float]]) -> d
     ratio = {entry: statistics.median(values) for entry, values in ratios.items()}
     out: dict[str, float] = {}
     for run in runs:
-        base = f"{run.label}-{BASELINE}"
-        for name in dict.fromkeys((run.entry, run.method)):  # the variant's own, then its method's
-            if f"{run.label}-{name}" in median:
-                out[run.name] = median[f"{run.label}-{name}"]
-            elif base in median and name in ratio:
-                out[run.name] = median[base] * ratio[name]
+        for label in shorter_labels(run):
+            base = f"{label}-{BASELINE}"
+            for name in dict.fromkeys((run.entry, run.method)):  # the variant's, then its method's
+                if f"{label}-{name}" in median:
+                    out[run.name] = median[f"{label}-{name}"]
+                elif base in median and name in ratio:
+                    out[run.name] = median[base] * ratio[name]
+                if run.name in out:
+                    break
             if run.name in out:
                 break
+    return out
+
+
+def shorter_labels(run: Any) -> list[str]:
+    """The run's label, then without its grid point (the trailing ``key=value`` parts that are
+    not task options): a grid point never measured (``chain-hard-steps=10-lr=0.00015``) is
+    estimated by its setting's measured runs (``chain-hard-steps=10``), never by another
+    setting's."""
+    options: set[str] = set()
+    for override in getattr(run, "overrides", []):
+        key, _, value = override.partition("=")
+        if key == "task_options":
+            options = set(json.loads(value))
+    out = [run.label]
+    while (match := _LAST_PART.search(out[-1])) and match.group(1) not in options:
+        out.append(out[-1][: match.start()])
     return out
 
 

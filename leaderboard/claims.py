@@ -1,19 +1,32 @@
-"""Each paper's claims checked against the standard suite's records.
+"""Each paper's claims checked against the standard suite's records, on the claim's own axis and
+in every setting of the board.
 
-A card's ``claims`` (``creditbench.reference.cards``) say "row A is ahead of row B" with the
-paper's own number. On the testbed a claim is read as the AUC gain of A over B in the
-standard suite's setting the claim names, paired by seed (seed ``s`` of every method starts
-from the same base, draws the same first prompts and is evaluated on the same problems), with
-the claim rule of :mod:`creditbench.leaderboard.gains`:
+A card's ``claims`` (``creditbench.reference.cards``) say "row A is ahead of row B at equal X",
+with the paper's own number and X, the claim's axis: compute, samples, steps or wall-clock. On
+the testbed a claim is read as the gain of A over B on that axis, in each of the standard
+suite's settings (:data:`~creditbench.reference.cards.CLAIM_SETTINGS`), paired by seed (seed
+``s`` of every method starts from the same base, draws the same first prompts and is evaluated
+on the same problems), with the claim rule of :mod:`creditbench.leaderboard.gains`. The verdict
+words are :data:`VERDICTS`, the one table every page and doc takes them from:
 
-- *reproduced*: A ahead of B, both intervals (bootstrap and t) above 0 over at least
+- *holds on the testbed*: A ahead of B, both intervals (bootstrap and t) above 0 over at least
   :data:`~creditbench.leaderboard.gains.MIN_PAIRS_FOR_A_CLAIM` seed pairs;
-- *contradicted*: A behind B, both intervals below 0, as many pairs;
-- *not resolved*: anything else, with the reason (too few pairs, the intervals straddle 0,
-  or runs missing).
+- *reversed on the testbed*: A behind B, both intervals below 0, as many pairs;
+- *not resolved*: anything else, with the reason (too few pairs, the intervals straddle 0, runs
+  missing, or the claim's axis not measured by the records: a claim made at equal steps is
+  never read on the compute axis);
+- *not testable here*: the testbed cannot make the comparison the claim is about (a claim made
+  only under LoRA, only on a mixture-of-experts model or only for a two-agent team: the card's
+  caveats), with the reason; the gain is shown where its axis is measured, and judges nothing.
 
-The paper's number and ours come from different models, data and budgets; only the direction
-is tested, never the size.
+Each verdict carries the claim's caveats (the card's, such as "mechanism inert here" with the
+method page's reason) and, where the baseline row is itself behind GRPO in that setting by the
+claim rule, says so: a method ahead of a baseline that lost to GRPO has beaten a weak row.
+
+Which run column measures each axis is :data:`AXIS_COLUMNS`: the compute axis is the board's
+AUC (accuracy over the fraction of the FLOP budget spent); an axis without a column, or whose
+column the records do not hold, is not measured yet. The paper's number and ours come from
+different models, data and budgets; only the direction is tested, never the size.
 
 A run is found by its name, which the bench writes as ``<task>-<label>-<options>-<row>-s<seed>``
 (``chain-hard-steps=10-...-oppo_teacher-s3``): the label is the setting's, the row the card's.
@@ -28,31 +41,62 @@ from pathlib import PurePosixPath
 
 import pandas as pd
 
-from creditbench.reference.cards import Card, Claim
+from creditbench.reference.cards import CLAIM_SETTINGS, Card, Claim
 
 from .gains import MIN_PAIRS_FOR_A_CLAIM, Gain, gain
-from .stats import accuracy_columns
+from .stats import BASELINE, accuracy_columns
 
 TASK = "chain"  # the standard suite's task (tools/suites/standard.yaml)
-REPRODUCED, CONTRADICTED, NOT_RESOLVED = "reproduced", "contradicted", "not resolved"
+
+# The verdict words and what each means: the claims page prints this table, the tally counts
+# these words, and the docs that name them are checked against it (tests/test_claims_axes.py).
+HOLDS = "holds on the testbed"
+REVERSED = "reversed on the testbed"
+NOT_RESOLVED = "not resolved"
+NOT_TESTABLE = "not testable here"
+VERDICTS = {
+    HOLDS: (
+        "the method is ahead of its baseline on the claim's axis: both 95% intervals "
+        f"(bootstrap and t) above 0 over at least {MIN_PAIRS_FOR_A_CLAIM} seed pairs"
+    ),
+    REVERSED: "the method is behind its baseline: both intervals below 0, as many pairs",
+    NOT_RESOLVED: (
+        "anything else, with the reason: too few seed pairs, an interval across 0, runs "
+        "missing, or the claim's axis not measured yet"
+    ),
+    NOT_TESTABLE: (
+        "the testbed cannot make the comparison the claim is about (a LoRA-only, MoE-only or "
+        "two-agent claim), with the reason"
+    ),
+}
+AXIS_NOT_MEASURED = "its axis is not measured yet"
+
+# The run column each axis is read from; None: no record measures it yet. The compute axis is
+# the board's AUC column, resolved per table (sampled accuracy where every run has it).
+COMPUTE = "compute"
+AXIS_COLUMNS: dict[str, str | None] = {"samples": None, "steps": None, "wall-clock": None}
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """A claim, its paired AUC gain on the testbed (None: no seed pair) and the verdict."""
+    """A claim read in one setting: its paired gain on the claim's axis (None: not read), the
+    verdict (one of :data:`VERDICTS`), why where the verdict needs a reason, and a note when
+    the baseline row is itself behind GRPO there."""
 
     card: str
     claim: Claim
+    setting: str
     gain: Gain | None
     verdict: str
     why: str = ""
+    weak_baseline: str = ""
 
 
 def row_seeds(table: pd.DataFrame, label: str, row: str, column: str) -> pd.Series:
     """``{seed: column}`` of a card row's finished runs in the setting ``label`` of the
     standard suite, read from the run names of a collected table (module doc)."""
     pattern = re.compile(rf"{TASK}-{re.escape(label)}(?:-.+)?-{re.escape(row)}-s(\d+)")
-    runs = table[table["kind"] == "run"] if "kind" in table else table
+    runs = _runs(table)
     values = {}
     for name, value in zip(runs["run"], runs.get(column, pd.Series(dtype=float)), strict=False):
         match = pattern.fullmatch(PurePosixPath(str(name)).name)
@@ -61,40 +105,110 @@ def row_seeds(table: pd.DataFrame, label: str, row: str, column: str) -> pd.Seri
     return pd.Series(values, dtype=float).sort_index()
 
 
+def _runs(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["kind"] == "run"] if "kind" in table else table
+
+
 def auc_column(table: pd.DataFrame) -> str:
     """The AUC column the board reads (sampled accuracy where every run has it)."""
-    runs = table[table["kind"] == "run"] if "kind" in table else table
-    return accuracy_columns(runs)[2]
+    return accuracy_columns(_runs(table))[2]
 
 
-def judge(card: str, claim: Claim, table: pd.DataFrame, *, reps: int = 2000) -> Verdict:
-    """The :class:`Verdict` of one claim on a collected runs table (module doc)."""
-    column = auc_column(table)
-    mine = row_seeds(table, claim.setting, claim.method, column)
-    theirs = row_seeds(table, claim.setting, claim.baseline, column)
+def axis_column(table: pd.DataFrame, axis: str) -> str | None:
+    """The run column of ``table`` a claim on ``axis`` is read from; None where no column of
+    the records measures that axis (:data:`AXIS_COLUMNS`)."""
+    if axis == COMPUTE:
+        return auc_column(table)
+    column = AXIS_COLUMNS.get(axis)
+    runs = _runs(table)
+    if column is None or column not in runs or not runs[column].notna().any():
+        return None
+    return column
+
+
+def paired_gain(
+    table: pd.DataFrame, setting: str, row: str, baseline: str, column: str, reps: int
+) -> tuple[Gain | None, str]:
+    """``(gain of row over baseline paired by seed, "")``, or ``(None, why)`` without a seed
+    pair in ``setting``."""
+    mine = row_seeds(table, setting, row, column)
+    theirs = row_seeds(table, setting, baseline, column)
     seeds = mine.index.intersection(theirs.index)
     if len(seeds) == 0:
-        missing = [r for r, s in ((claim.method, mine), (claim.baseline, theirs)) if s.empty]
+        missing = [r for r, s in ((row, mine), (baseline, theirs)) if s.empty]
         why = "no runs of " + " and ".join(missing) if missing else "no seed in common"
-        return Verdict(card, claim, None, NOT_RESOLVED, f"{why} in the {claim.setting} setting")
-    measured = gain((mine.loc[seeds] - theirs.loc[seeds]).to_numpy(), reps=reps)
+        return None, f"{why} in the {setting} setting"
+    return gain((mine.loc[seeds] - theirs.loc[seeds]).to_numpy(), reps=reps), ""
+
+
+def weak_baseline(
+    table: pd.DataFrame, claim: Claim, setting: str, column: str | None, reps: int
+) -> str:
+    """A note when the claim's baseline row is behind GRPO in ``setting`` by the claim rule, on
+    the claim's axis (on the board's compute axis where that is not measured); empty
+    otherwise."""
+    if claim.baseline == BASELINE:
+        return ""
+    where = ""
+    if column is None:
+        column, where = auc_column(table), " on the compute axis"
+    measured, _ = paired_gain(table, setting, claim.baseline, BASELINE, column, reps)
+    if measured is None or not measured.reversed:
+        return ""
+    return f"its baseline, {claim.baseline}, is itself behind GRPO{where}: {gain_text(measured)}"
+
+
+def judge(
+    card: str, claim: Claim, table: pd.DataFrame, setting: str, *, reps: int = 2000
+) -> Verdict:
+    """The :class:`Verdict` of one claim in one setting of a collected runs table."""
+    column = axis_column(table, claim.axis.value)
+    weak = weak_baseline(table, claim, setting, column, reps)
+    untestable = "; ".join(f"{c.label}: {c.note}" for c in claim.untestable)
+    measured, why = (
+        (None, AXIS_NOT_MEASURED)
+        if column is None
+        else paired_gain(table, setting, claim.method, claim.baseline, column, reps)
+    )
+    if untestable:
+        return Verdict(card, claim, setting, measured, NOT_TESTABLE, untestable, weak)
+    if measured is None:
+        return Verdict(card, claim, setting, None, NOT_RESOLVED, why, weak)
     if measured.separates:
-        return Verdict(card, claim, measured, REPRODUCED)
+        return Verdict(card, claim, setting, measured, HOLDS, "", weak)
     if measured.reversed:
-        return Verdict(card, claim, measured, CONTRADICTED)
+        return Verdict(card, claim, setting, measured, REVERSED, "", weak)
     if measured.pairs < MIN_PAIRS_FOR_A_CLAIM:
         why = f"{measured.pairs} seed pairs, fewer than {MIN_PAIRS_FOR_A_CLAIM}"
     else:
         why = "the intervals include 0"
-    return Verdict(card, claim, measured, NOT_RESOLVED, why)
+    return Verdict(card, claim, setting, measured, NOT_RESOLVED, why, weak)
+
+
+def judge_claim(
+    card: str,
+    claim: Claim,
+    table: pd.DataFrame,
+    settings: Sequence[str] = CLAIM_SETTINGS,
+    *,
+    reps: int = 2000,
+) -> list[Verdict]:
+    """One :class:`Verdict` of ``claim`` per setting, in ``settings`` order."""
+    return [judge(card, claim, table, setting, reps=reps) for setting in settings]
 
 
 def judge_cards(cards: Iterable[Card], table: pd.DataFrame, *, reps: int = 2000) -> list[Verdict]:
-    """Every claim of ``cards``, in card and claim order."""
-    return [judge(card.id, claim, table, reps=reps) for card in cards for claim in card.claims]
+    """Every claim of ``cards`` in every setting: card, claim, then setting order."""
+    return [
+        verdict
+        for card in cards
+        for claim in card.claims
+        for verdict in judge_claim(card.id, claim, table, reps=reps)
+    ]
 
 
-def _gain_text(measured: Gain | None) -> str:
+def gain_text(measured: Gain | None) -> str:
+    """``+0.028 [+0.012, +0.045] t [+0.007, +0.048], 9/10``; ``n/a`` without a gain."""
     if measured is None:
         return "n/a"
     return (
@@ -107,37 +221,84 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def verdict_text(verdict: Verdict) -> str:
+    """One setting's cell: the verdict (and why), the gain on the claim's axis, and the note on
+    a baseline behind GRPO."""
+    text = f"{verdict.verdict} ({verdict.why})" if verdict.why else verdict.verdict
+    if verdict.gain is not None:
+        text += f": {gain_text(verdict.gain)}"
+    if verdict.weak_baseline:
+        text += f"; {verdict.weak_baseline}"
+    return text
+
+
+def axis_text(claim: Claim) -> str:
+    """``steps (inferred; not stated ...)``: the axis and where it was read."""
+    axis = claim.axis
+    unverified = ", unverified" if not axis.verified else ""
+    return f"{axis.value} ({axis.tag}{unverified}; {axis.source})"
+
+
+def caveats_text(claim: Claim) -> str:
+    """Every caveat of the claim, its words and why; an empty string without any."""
+    return "; ".join(f"{c.label}: {c.note}" for c in claim.caveats)
+
+
+def _by_claim(verdicts: Sequence[Verdict]) -> list[list[Verdict]]:
+    """The verdicts grouped by claim (each claim's settings together), in first-seen order."""
+    groups: dict[tuple[str, Claim], list[Verdict]] = {}
+    for verdict in verdicts:
+        groups.setdefault((verdict.card, verdict.claim), []).append(verdict)
+    return list(groups.values())
+
+
 def claims_table(verdicts: Sequence[Verdict], *, with_card: bool = True) -> str:
-    """The claims as a Markdown table: claim, the paper's number, the testbed's AUC gain
-    [bootstrap] t [t interval] with k of n seeds ahead, and the verdict."""
-    header = ["claim", "setting", "paper's number (where)", "testbed AUC gain", "verdict"]
+    """The claims as a Markdown table, one row a claim: the claim, its axis, the paper's number,
+    a column a setting (the verdict, the gain on the claim's axis [bootstrap] t [t interval]
+    with k of n seeds ahead, a baseline behind GRPO) and the caveats."""
+    settings = list(dict.fromkeys(v.setting for v in verdicts))
+    header = ["claim", "axis", "paper's number (where)", *settings, "caveats"]
     if with_card:
         header.insert(0, "card")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for v in verdicts:
-        paper = f"{v.claim.paper} ({v.claim.source}; {v.claim.tag}"
-        paper += ", unverified)" if not v.claim.verified else ")"
-        verdict = f"{v.verdict} ({v.why})" if v.why else v.verdict
-        cells = [v.claim.claim, v.claim.setting, paper, _gain_text(v.gain), verdict]
+    for group in _by_claim(verdicts):
+        claim = group[0].claim
+        paper = f"{claim.paper} ({claim.source}; {claim.tag}"
+        paper += ", unverified)" if not claim.verified else ")"
+        by_setting = {v.setting: verdict_text(v) for v in group}
+        cells = [
+            claim.claim,
+            axis_text(claim),
+            paper,
+            *(by_setting.get(s, "") for s in settings),
+            caveats_text(claim) or "none",
+        ]
         if with_card:
-            cells.insert(0, v.card)
+            cells.insert(0, group[0].card)
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
 def tally(verdicts: Sequence[Verdict]) -> str:
-    """ "k reproduced, k contradicted, k not resolved of n claims"."""
-    counts = {
-        name: sum(v.verdict == name for v in verdicts)
-        for name in (REPRODUCED, CONTRADICTED, NOT_RESOLVED)
-    }
-    parts = ", ".join(f"{n} {name}" for name, n in counts.items())
-    return f"{parts} of {len(verdicts)} claims"
+    """Per setting, ``hard: k holds on the testbed, k reversed on the testbed, k not resolved,
+    k not testable here of n claims``, the settings joined by ``; ``."""
+    parts = []
+    for setting in dict.fromkeys(v.setting for v in verdicts):
+        mine = [v for v in verdicts if v.setting == setting]
+        counts = ", ".join(f"{sum(v.verdict == word for v in mine)} {word}" for word in VERDICTS)
+        parts.append(f"{setting}: {counts} of {len(mine)} claims")
+    return "; ".join(parts)
+
+
+def verdict_legend() -> str:
+    """The verdict words and their meaning, as the claims page lists them."""
+    return "\n".join(f"- *{word}*: {meaning}." for word, meaning in VERDICTS.items())
 
 
 def claims_page(cards: Sequence[Card], sources: Sequence[str], *, reps: int = 2000) -> str:
-    """The claims page: how a claim is read, the tally and the table, from the records in
-    ``sources`` (folders or ``runs.csv`` files, :func:`~.collect.collect_runs`)."""
+    """The claims page: how a claim is read, the verdict words, the tally per setting and the
+    table, from the records in ``sources`` (folders or ``runs.csv`` files,
+    :func:`~.collect.collect_runs`)."""
     from .collect import collect_runs, manifest_folders, suite_coverage
 
     table, _ = collect_runs(list(sources))
@@ -152,25 +313,38 @@ def claims_page(cards: Sequence[Card], sources: Sequence[str], *, reps: int = 20
         judge_cards(cards, table, reps=reps)
         if not table.empty
         else [
-            Verdict(card.id, claim, None, NOT_RESOLVED, "no records")
+            Verdict(card.id, claim, setting, None, NOT_RESOLVED, "no records")
             for card in cards
             for claim in card.claims
+            for setting in CLAIM_SETTINGS
         ]
     )
     commits = sorted({str(c)[:7] for c in table.get("commit", pd.Series(dtype=str)).dropna()})
     if len(commits) > 6:  # a folder gathered over many campaigns
         commits = [f"{len(commits)} commits"]
     names = ", ".join(f"`{PurePosixPath(str(s)).as_posix()}`" for s in sources)
+    measured = [COMPUTE] + [axis for axis in AXIS_COLUMNS if axis_column(table, axis)]
     lines = [
         "# The papers' claims on the testbed",
         "",
         "Each paper card lists the claims of its paper the testbed can test: one method ahead "
-        "of another. A claim is read as the AUC gain (the area under the accuracy-versus-budget "
-        "curve) of the method over its baseline in the standard suite's setting, paired by seed, "
-        "with the 95% bootstrap and t intervals and k of n seeds ahead. *Reproduced*: both "
-        f"intervals above 0 over at least {MIN_PAIRS_FOR_A_CLAIM} seed pairs; *contradicted*: "
-        "both below 0; *not resolved*: anything else, with the reason. The paper's number comes "
-        "from its own model, data and budget: only the direction is tested, never the size.",
+        "of another, at equal compute (FLOPs or GPU hours), samples (trained responses or "
+        "prompts), steps (optimizer steps) or wall-clock, the claim's axis, as its paper makes "
+        "it (where a paper does not say, its training curve is read per step: steps, tagged "
+        "inferred). A claim is read on its own axis and in every setting of the board, as the "
+        "gain of the method over its baseline paired by seed, with the 95% bootstrap and t "
+        "intervals and k of n seeds ahead. The verdicts:",
+        "",
+        verdict_legend(),
+        "",
+        f"The records measure the {' and '.join(measured)} axis "
+        "(the AUC: accuracy over the fraction of the FLOP budget spent); a claim on another "
+        f"axis is *{NOT_RESOLVED}* ({AXIS_NOT_MEASURED}) and is never read on the compute "
+        "axis. Each verdict carries the claim's caveats from its card (the method page's "
+        "reason where its mechanism is inert here; a claim inferred from an abstract), and "
+        "says so where the claim's baseline row is itself behind GRPO in that setting. The "
+        "paper's number comes from its own model, data and budget: only the direction is "
+        "tested, never the size.",
         "",
         f"Records: {names}"
         + (f" (commits {', '.join(commits)})" if commits else " (no finished runs yet)")

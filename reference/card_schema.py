@@ -15,7 +15,8 @@ from typing import Any
 
 from .cards import (
     ARXIV_PATTERN,
-    CLAIM_SETTINGS,
+    AXES,
+    CAVEATS,
     HARDWARE_PATTERN,
     IDENTIFIER,
     METRIC_PATTERN,
@@ -27,6 +28,7 @@ from .cards import (
     UNKNOWN,
     Card,
     CardError,
+    Caveat,
     Claim,
     Comparison,
     CpuScale,
@@ -356,6 +358,33 @@ def _paper_scale(check: _Checker, data: Any) -> PaperScale:
     )
 
 
+def _axis(check: _Checker, data: Any, where: str) -> Sourced:
+    """A claim's axis: ``{value: one of AXES, source, tag, verified?, note?}``; never
+    ``unknown`` (where a paper does not say, the axis is read and tagged ``inferred``)."""
+    check.mapping(data, where, ("value", "source", "tag"), ("verified", "note"))
+    return Sourced(
+        value=check.choice(data["value"], f"{where}.value", AXES),
+        source=check.text(data["source"], f"{where}.source"),
+        tag=check.choice(data["tag"], f"{where}.tag", TAGS),
+        verified=check.boolean(data.get("verified", True), f"{where}.verified"),
+        note=check.text(data.get("note", ""), f"{where}.note", allow_empty=True),
+    )
+
+
+def _caveats(check: _Checker, data: Any, where: str) -> tuple[Caveat, ...]:
+    if not isinstance(data, list):
+        raise check.fail(where, f"expected a list of {{kind, note}}, got {_kind(data)}")
+    caveats = []
+    for i, item in enumerate(data):
+        spot = f"{where}[{i}]"
+        check.mapping(item, spot, ("kind", "note"))
+        kind = check.choice(item["kind"], f"{spot}.kind", tuple(CAVEATS))
+        if kind in {c.kind for c in caveats}:
+            raise check.fail(f"{spot}.kind", f"{kind!r} is listed twice")
+        caveats.append(Caveat(kind, check.text(item["note"], f"{spot}.note")))
+    return tuple(caveats)
+
+
 def _claims(check: _Checker, data: Any, methods: tuple[Method, ...]) -> tuple[Claim, ...]:
     if not isinstance(data, list):
         raise check.fail("claims", f"expected a list, got {_kind(data)}")
@@ -363,8 +392,8 @@ def _claims(check: _Checker, data: Any, methods: tuple[Method, ...]) -> tuple[Cl
     claims = []
     for i, item in enumerate(data):
         where = f"claims[{i}]"
-        required = ("claim", "method", "baseline", "paper", "source", "tag")
-        check.mapping(item, where, required, ("verified", "setting"))
+        required = ("claim", "method", "baseline", "paper", "source", "tag", "axis")
+        check.mapping(item, where, required, ("verified", "caveats"))
         rows = {}
         for key in ("method", "baseline"):
             rows[key] = check.text(item[key], f"{where}.{key}")
@@ -384,10 +413,9 @@ def _claims(check: _Checker, data: Any, methods: tuple[Method, ...]) -> tuple[Cl
                 paper=check.text(item["paper"], f"{where}.paper"),
                 source=check.text(item["source"], f"{where}.source"),
                 tag=check.choice(item["tag"], f"{where}.tag", TAGS),
+                axis=_axis(check, item["axis"], f"{where}.axis"),
                 verified=check.boolean(item.get("verified", True), f"{where}.verified"),
-                setting=check.choice(
-                    item.get("setting", "hard"), f"{where}.setting", CLAIM_SETTINGS
-                ),
+                caveats=_caveats(check, item.get("caveats", []), f"{where}.caveats"),
             )
         )
     return tuple(claims)

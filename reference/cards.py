@@ -27,7 +27,9 @@ A card file (``cards/<id>.yaml``; `load_cards` reads them all) holds::
                    FLOP amount is planned by `creditbench reproduce`), seeds?, settings?: {dotted
                    run-config key: value}, method_options?: {method: {...}}, compare?, note?}
     paper_scale?: {model, hardware ("K x GPU with >= N GiB"), requires, tag, note?}
-    claims?:   - {claim, method, baseline, paper, source, tag, verified?, setting?: hard | easy}
+    claims?:   - {claim, method, baseline, paper, source, tag, verified?,
+                  axis: {value: compute | samples | steps | wall-clock, source, tag, note?},
+                  caveats?: [{kind, note}]}
     notes?
 
 A method is ``registered`` only if ``methods/`` registers that name; until then the card
@@ -40,9 +42,16 @@ the testbed (GRPO, the leaderboard's zero point). Row labels are the paper's; a 
 
 A claim is a sentence of the paper the testbed can test: the row ``method`` ahead of the row
 ``baseline`` (both registered rows of the card). ``paper`` is the paper's own number for it
-and ``source`` where it is stated; ``setting`` is the label of the standard suite's setting
-it is checked in (``hard`` unless given). The verdict is read from the standard records by
-:mod:`creditbench.leaderboard.claims`.
+and ``source`` where it is stated, ``tag`` where that was read. ``axis`` is what the paper
+holds equal when it compares the two (:data:`AXES`): ``compute`` (FLOPs or GPU hours),
+``samples`` (trained responses or prompts), ``steps`` (optimizer or training steps) or
+``wall-clock``, with where that was read; where a paper does not say, an RLVR paper's training
+curve is read per step, so the axis is ``steps`` tagged ``inferred``. ``caveats`` say what
+limits the testbed's reading (:data:`CAVEATS`: the method's mechanism inert here, a claim
+made only under LoRA, only on a mixture-of-experts model or only for a two-agent team, a claim
+inferred from an abstract), each with a note; the first three leave the testbed unable to
+test the claim (:data:`UNTESTABLE`). The verdict is read from the standard records, on the
+claim's axis and in every setting of the board, by :mod:`creditbench.leaderboard.claims`.
 
 Every mistake in a card raises `CardError` naming the file and the field as a dotted path,
 for example ``dapo.yaml: recipe.group_size: expected a number or 'unknown'``. The checks
@@ -66,6 +75,18 @@ from .yaml_loading import load_yaml
 
 CARDS_DIR = Path(__file__).parent / "cards"
 CLAIM_SETTINGS = ("hard", "easy")  # the standard suite's labels (tools/suites/standard.yaml)
+# What a paper holds equal when it compares two methods (module doc)
+AXES = ("compute", "samples", "steps", "wall-clock")
+# What limits the testbed's reading of a claim: kind -> the words every page prints
+CAVEATS = {
+    "inert": "mechanism inert here",
+    "lora": "a LoRA-only claim",
+    "moe": "an MoE-only claim",
+    "two-agent": "a two-agent claim",
+    "abstract": "a claim inferred from an abstract",
+}
+# The caveats that leave the testbed unable to make the claim's comparison at all
+UNTESTABLE = ("lora", "moe", "two-agent")
 UNKNOWN = "unknown"
 TAGS = ("paper", "code", "inferred")
 ROLES = ("proposed", "baseline", "anchor")
@@ -200,9 +221,28 @@ class CpuScale:
 
 
 @dataclass(frozen=True)
+class Caveat:
+    """What limits the testbed's reading of a claim: a kind of :data:`CAVEATS` and why."""
+
+    kind: str
+    note: str
+
+    @property
+    def label(self) -> str:
+        """The caveat's words, as every page prints them."""
+        return CAVEATS[self.kind]
+
+    @property
+    def untestable(self) -> bool:
+        """Whether it leaves the testbed unable to test the claim (:data:`UNTESTABLE`)."""
+        return self.kind in UNTESTABLE
+
+
+@dataclass(frozen=True)
 class Claim:
     """A claim of the paper the testbed tests: ``method`` (a card row) ahead of ``baseline``
-    in the standard suite's ``setting``; ``paper`` is the paper's number, ``source`` where."""
+    at equal ``axis`` (its ``value`` one of :data:`AXES`); ``paper`` is the paper's number,
+    ``source`` where, ``tag`` how it was read; ``caveats`` what limits the testbed's reading."""
 
     claim: str
     method: str
@@ -210,8 +250,14 @@ class Claim:
     paper: str
     source: str
     tag: str
+    axis: Sourced
     verified: bool = True
-    setting: str = "hard"
+    caveats: tuple[Caveat, ...] = ()
+
+    @property
+    def untestable(self) -> tuple[Caveat, ...]:
+        """The caveats that leave the testbed unable to test it (none: it can be tested)."""
+        return tuple(c for c in self.caveats if c.untestable)
 
 
 @dataclass(frozen=True)

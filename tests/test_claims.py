@@ -1,5 +1,6 @@
 """The papers' claims read from records: the verdict follows the claim rule, a claim finds
-only its own rows' runs in its own setting, and `creditbench claims` writes the page."""
+only its own rows' runs in the setting read, and `creditbench claims` writes the page (the
+claims' axes, settings, caveats and verdict words: tests/test_claims_axes.py)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from test_cards import minimal_card, write
 from test_standard_board import CAMPAIGN
 
 from creditbench.leaderboard.claims import (
-    CONTRADICTED,
+    HOLDS,
     NOT_RESOLVED,
-    REPRODUCED,
+    REVERSED,
     claims_table,
     judge,
     row_seeds,
 )
-from creditbench.reference.cards import CardError, Claim, load_card
+from creditbench.reference.cards import CardError, Claim, Sourced, load_card
 from creditbench.tools.cli.main import main
 
 HARD = "chain-hard-steps=10-slip_rate=0.1"
@@ -47,21 +48,26 @@ def table(gaps: dict[str, list[float]], setting: str = HARD, base: float = 0.3) 
     return frame
 
 
-def claim(method: str = "oppo", baseline: str = "grpo", setting: str = "hard") -> Claim:
-    return Claim("A ahead of B", method, baseline, "+3.1", "Table 1", "paper", True, setting)
+COMPUTE = Sourced("compute", "Fig. 1", "paper")
+
+
+def claim(method: str = "oppo", baseline: str = "grpo", **fields) -> Claim:
+    """A claim made at equal compute, the axis the records measure."""
+    return Claim("A ahead of B", method, baseline, "+3.1", "Table 1", "paper", COMPUTE, **fields)
 
 
 def test_a_gain_beyond_noise_at_enough_seeds_reproduces_the_claim():
     rng = np.random.default_rng(0)
-    verdict = judge("card", claim(), table({"oppo": list(0.05 + 0.01 * rng.standard_normal(8))}))
-    assert verdict.verdict == REPRODUCED
+    gaps = list(0.05 + 0.01 * rng.standard_normal(8))
+    verdict = judge("card", claim(), table({"oppo": gaps}), "hard")
+    assert verdict.verdict == HOLDS
     assert verdict.gain.pairs == 8 and verdict.gain.ahead == 8
     assert verdict.gain.low > 0 and verdict.gain.t_low > 0
 
 
 def test_a_loss_beyond_noise_contradicts_it():
-    verdict = judge("card", claim(), table({"oppo": [-0.04, -0.05, -0.03, -0.06, -0.04]}))
-    assert verdict.verdict == CONTRADICTED and verdict.gain.ahead == 0
+    verdict = judge("card", claim(), table({"oppo": [-0.04, -0.05, -0.03, -0.06, -0.04]}), "hard")
+    assert verdict.verdict == REVERSED and verdict.gain.ahead == 0
 
 
 @pytest.mark.parametrize(
@@ -72,17 +78,19 @@ def test_a_loss_beyond_noise_contradicts_it():
     ],
 )
 def test_too_few_seeds_or_an_interval_across_zero_resolves_nothing(gaps, why):
-    verdict = judge("card", claim(), table({"oppo": gaps}))
+    verdict = judge("card", claim(), table({"oppo": gaps}), "hard")
     assert (verdict.verdict, verdict.why) == (NOT_RESOLVED, why)
 
 
 def test_missing_runs_are_named():
-    verdict = judge("card", claim(method="prime", baseline="rloo"), table({"oppo": [0.1] * 5}))
+    verdict = judge(
+        "card", claim(method="prime", baseline="rloo"), table({"oppo": [0.1] * 5}), "hard"
+    )
     assert verdict.verdict == NOT_RESOLVED and verdict.gain is None
     assert verdict.why == "no runs of prime and rloo in the hard setting"
 
 
-def test_a_claim_reads_only_its_setting_and_its_own_row():
+def test_a_claim_reads_only_the_setting_read_and_its_own_row():
     hard = table({"oppo": [0.05] * 5, "dapo_oppo": [-0.2] * 5})
     easy = table({"oppo": [-0.2] * 5}, setting=EASY)
     both = pd.concat([hard, easy], ignore_index=True)
@@ -90,24 +98,23 @@ def test_a_claim_reads_only_its_setting_and_its_own_row():
     assert row_seeds(both, "hard", "oppo", "auc").tolist() == pytest.approx(
         [0.35, 0.36, 0.37, 0.38, 0.39]
     )
-    assert judge("card", claim(), both).verdict == REPRODUCED
-    assert judge("card", claim(setting="easy"), both).verdict == CONTRADICTED
-    assert judge("card", claim(method="dapo_oppo"), both).verdict == CONTRADICTED
+    assert judge("card", claim(), both, "hard").verdict == HOLDS
+    assert judge("card", claim(), both, "easy").verdict == REVERSED
+    assert judge("card", claim(method="dapo_oppo"), both, "hard").verdict == REVERSED
 
 
 def test_the_table_gives_the_paper_number_the_interval_and_the_verdict():
     verdicts = [
-        judge("oppo", claim(), table({"oppo": [0.05] * 5})),
-        judge("oppo", claim(method="prime"), table({"oppo": [0.05] * 5})),
+        judge("oppo", claim(), table({"oppo": [0.05] * 5}), "hard"),
+        judge("oppo", claim(method="prime"), table({"oppo": [0.05] * 5}), "hard"),
     ]
     lines = claims_table(verdicts).splitlines()
-    assert lines[0].startswith("| card | claim | setting | paper's number")
-    assert (
-        "| oppo | A ahead of B | hard | +3.1 (Table 1; paper) | +0.050 [+0.050, +0.050]"
-        in (lines[2])
+    assert lines[0] == "| card | claim | axis | paper's number (where) | hard | caveats |"
+    assert lines[2] == (
+        "| oppo | A ahead of B | compute (paper; Fig. 1) | +3.1 (Table 1; paper) | holds on the "
+        "testbed: +0.050 [+0.050, +0.050] t [+0.050, +0.050], 5/5 | none |"
     )
-    assert lines[2].endswith("5/5 | reproduced |")
-    assert lines[3].endswith("| n/a | not resolved (no runs of prime in the hard setting) |")
+    assert "| not resolved (no runs of prime in the hard setting) | none |" in lines[3]
 
 
 def claim_card() -> dict:
@@ -121,6 +128,7 @@ def claim_card() -> dict:
             "paper": "+5 points",
             "source": "Table 2",
             "tag": "paper",
+            "axis": {"value": "compute", "source": "Fig. 2", "tag": "paper"},
         }
     ]
     return data
@@ -129,10 +137,10 @@ def claim_card() -> dict:
 def test_a_card_carries_its_claims(tmp_path):
     card = load_card(write(tmp_path, claim_card()))
     (only,) = card.claims
-    assert (only.method, only.baseline, only.setting, only.verified) == (
+    assert (only.method, only.baseline, only.axis.value, only.verified) == (
         "dapo",
         "grpo",
-        "hard",
+        "compute",
         True,
     )
 
@@ -142,7 +150,7 @@ def test_a_card_carries_its_claims(tmp_path):
     [
         ("method", "newmethod", "claims[0].method: 'newmethod' is not a registered row"),
         ("baseline", "dapo", "claims[0].baseline: must differ from the claim's method"),
-        ("setting", "medium", "claims[0].setting: expected one of hard, easy"),
+        ("setting", "hard", "claims[0].setting: unknown field"),
         ("tag", "rumour", "claims[0].tag: expected one of paper, code, inferred"),
         ("paper", "", "claims[0].paper: expected a non-empty string"),
     ],
@@ -163,8 +171,9 @@ def test_the_claims_command_writes_the_page_from_records(tmp_path, capsys):
     assert main(["claims", str(tmp_path / "runs"), "--card", "dapo", "--out", str(out)]) == 0
     page = out.read_text(encoding="utf-8")
     assert page.startswith("# The papers' claims on the testbed")
-    dapo_rows = [line for line in page.splitlines() if line.startswith("| dapo |")]
-    assert dapo_rows and any(line.endswith("| reproduced |") for line in dapo_rows)
+    (dapo,) = [line for line in page.splitlines() if line.startswith("| dapo |")]
+    # DAPO's claim is made per step, an axis these records do not measure, in either setting
+    assert dapo.count(" not resolved (its axis is not measured yet) |") == 2
 
 
 def test_the_claims_page_says_when_its_suite_is_a_partial_snapshot(tmp_path):
@@ -220,7 +229,7 @@ def test_reproduce_runs_only_the_standard_runs_the_records_lack(tmp_path, capsys
     report = (results / "claims_bad.md").read_text(encoding="utf-8")
     assert code == 0 and "0 to run" in capsys.readouterr().out
     (row,) = [line for line in report.splitlines() if line.startswith("| DAPO ahead of GRPO")]
-    assert row.endswith("10/10 | reproduced |")
+    assert "| holds on the testbed: " in row and "10/10 | not resolved (no runs of" in row
 
 
 def test_reproduce_reads_the_committed_claims_rows_beside_the_board_by_default(
@@ -272,14 +281,13 @@ def test_every_card_claim_is_a_run_of_the_standard_suite():
     """Each claim's rows expand into the standard suite's runs (ten seeds each), under the
     leaderboard's own run names where the row is a registered method without options."""
     from creditbench.reference.cards import load_cards
-    from creditbench.tools.reproduce.claims import claim_rows, claim_runs
+    from creditbench.tools.reproduce.claims import RUN_SETTINGS, claim_rows, claim_runs
 
     cards = [card for card in load_cards().values() if card.claims]
     assert len(cards) >= 10
     for card in cards:
         runs = claim_runs(card)
-        settings = {claim.setting for claim in card.claims}
-        assert len(runs) == 10 * len(claim_rows(card)) * len(settings), card.id
+        assert len(runs) == 10 * len(claim_rows(card)) * len(RUN_SETTINGS), card.id
         assert {run.entry for run in runs} == set(claim_rows(card)), card.id
 
 

@@ -1,8 +1,10 @@
 """``creditbench reproduce CARD`` at CPU scale: the paper's claims on the standard suite.
 
 A claim ("row A ahead of row B", the card's ``claims``) is tested on the frozen protocol, the
-standard suite (``tools/suites/standard.yaml``): its settings, its budget and its ten seeds,
-so that its verdict stands on the same runs the leaderboard shows. Most of those runs already
+standard suite (``tools/suites/standard.yaml``): its budget and its ten seeds, so that its
+verdict stands on the same runs the leaderboard shows. The claims' runs are planned in the
+hard setting (:data:`RUN_SETTINGS`, as the claims' own rows were decided, docs/testbed.md);
+each claim is read in every setting whose runs the records hold. Most of those runs already
 exist: the committed records of the leaderboard's campaign (``docs/results/standard``, and the
 claims' own rows, ``docs/results/claims-rows``; or any ``--records``) are read, and only the
 runs missing from them are trained, into the results
@@ -10,8 +12,8 @@ folder, with the bench's workers. A card row with options (Teacher-OPPO is ``opp
 ``oracle: teacher``) is not on the leaderboard; its runs get the row's own name and run here.
 
 The report is the claims table of :mod:`creditbench.leaderboard.claims` over the records and
-the new runs together: the paper's number, the testbed's paired AUC gain with its intervals
-and k of n seeds, and the verdict.
+the new runs together: the paper's number, the claim's axis, per setting the testbed's paired
+gain on that axis with its intervals and k of n seeds and the verdict, and the caveats.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from creditbench.tools.reproduce.recipe import ReproduceError
 
 SUITE = "standard"
 OWN_ROWS = "claims-rows"  # the suite name of the claims' own rows (own_rows_manifest)
+# The settings the claims' runs are planned in: the hard one, where the claims' own rows were
+# decided to run (docs/testbed.md, "The claims' own rows"); the board's rows run in both
+RUN_SETTINGS = ("hard",)
 
 
 def claim_rows(card: Card) -> list[str]:
@@ -47,7 +52,7 @@ def on_the_board(card: Card, name: str) -> bool:
 def own_rows_manifest(cards: Iterable[Card]) -> dict:
     """The claims' own rows as a suite manifest (``suite-claims-rows.json`` beside their records,
     docs/testbed.md "The claims' own rows"): every card's rows the board does not run, at the
-    standard suite's runs of their claims' settings, so the claims page says how many of them
+    standard suite's runs in :data:`RUN_SETTINGS`, so the claims page says how many of them
     its verdicts stand on while they run."""
     with_own_rows = [c for c in cards if any(not on_the_board(c, n) for n in claim_rows(c))]
     by_name = {  # a variant two cards compare is run once
@@ -65,7 +70,7 @@ def own_rows_manifest(cards: Iterable[Card]) -> dict:
 
 
 def claim_runs(card: Card, seeds: int | None = None):
-    """The standard suite's runs of the claims' rows in the claims' settings (module doc);
+    """The standard suite's runs of the claims' rows in :data:`RUN_SETTINGS` (module doc);
     ``seeds``: only the suite's first that many seeds."""
     from creditbench.tools.suite import SuiteError, expand_suite, load_suite, suite_path
 
@@ -78,9 +83,8 @@ def claim_runs(card: Card, seeds: int | None = None):
             entries.append(name)
         else:
             entries.append({"name": name, "method": row.registry_name, "options": row.options})
-    labels = {claim.setting for claim in card.claims}
     suite["methods"], suite["references"] = entries, []
-    suite["tasks"] = [entry for entry in suite["tasks"] if entry.get("label") in labels]
+    suite["tasks"] = [entry for entry in suite["tasks"] if entry.get("label") in RUN_SETTINGS]
     if seeds is not None:
         suite["seeds"] = suite["seeds"][:seeds]
     try:
@@ -123,7 +127,7 @@ def reproduce_claims(
 ) -> int:
     """Check ``card``'s claims on the standard suite (module doc); the exit code."""
     from creditbench.harness.records.rundir import RunDir
-    from creditbench.leaderboard.claims import claims_table, judge, tally
+    from creditbench.leaderboard.claims import claims_table, judge_claim, tally
     from creditbench.tools.bench import default_workers
     from creditbench.tools.bench_plan import (
         describe_plan,
@@ -170,7 +174,7 @@ def reproduce_claims(
     from creditbench.leaderboard.collect import collect_runs
 
     table, _ = collect_runs([*sources, results] if results.exists() else sources)
-    verdicts = [judge(card.id, claim, table, reps=reps) for claim in card.claims]
+    verdicts = [v for claim in card.claims for v in judge_claim(card.id, claim, table, reps=reps)]
     report = "\n".join(
         [
             f"# {card.title}: the claims on the testbed",

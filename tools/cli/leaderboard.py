@@ -3,7 +3,8 @@ directories (every finished run below them) and committed ``runs.csv`` records, 
 leaderboard.md, .csv, runs.csv, .html and PNG plots.
 
 ``creditbench claims [SOURCE ...] [--card ID ...] [--out FILE]``: every paper card's claims
-checked against the records (:mod:`creditbench.leaderboard.claims`), as one Markdown table.
+checked against the records (:mod:`creditbench.leaderboard.claims`), each on the axis its paper
+compares at and in every setting of the board, as one Markdown table.
 
 ``creditbench validate``: run the ``validation`` suite (oracle credit against GRPO) and write
 its report, ``validation.md``, and one row per setting, ``validation.csv``, beside the runs."""
@@ -130,7 +131,9 @@ def add_leaderboard_commands(subparsers) -> None:
     p.set_defaults(func=_cmd_leaderboard)
 
     p = subparsers.add_parser(
-        "claims", help="each paper card's claims checked against the records (a Markdown table)"
+        "claims",
+        help="each paper card's claims checked against the records, on each claim's axis and in "
+        "every setting (a Markdown table)",
     )
     p.add_argument(
         "sources",

@@ -9,6 +9,11 @@ for everything read against GRPO):
   batch the steps drew, each graded before its update, whatever a method then filtered or
   added), each with its bootstrap and t intervals, k of n
   seeds ahead, and whether the claim rule calls it ahead or behind;
+- the equal-samples axis (:func:`.stats.with_samples_auc`): the mean of its AUC over the
+  first ``samples_horizon`` trained responses (``samples_mean``), its gain over GRPO paired by
+  seed (``gain_samples``) and its position (``samples_position``), each with its intervals as
+  on the compute axis; NaN where the runs were not evaluated at counts of trained responses
+  (not measured, never interpolated);
 - its position on the GRPO(0) -> oracle(1) scale of the AUC (``position``, with its interval,
   or n/a and ``position_note`` saying why) and of the credit AUROC (``credit_position``);
 - its rank (``rank``, ``rank_shared``; ``rank_missing`` says why a row has none) by the AUC
@@ -32,17 +37,19 @@ import math
 import numpy as np
 import pandas as pd
 
+from .collect import SAMPLES_EVAL
 from .gains import ONLINE_COLUMN, gain, paired_gaps, ranked, scale_position
 from .stats import (
     BASELINE,
     DIAGNOSTICS,
     GROUP,
+    SAMPLES_AUC,
     accuracy_columns,
     bootstrap_interval,
     ordered_groups,
     probability_of_improvement,
     seed_values,
-    with_response_auc,
+    with_samples_auc,
 )
 
 
@@ -89,25 +96,29 @@ def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[s
     """``{"methods": ..., "curves": ...}``: the rows of the module doc."""
     runs = table[table["kind"] == "run"]
     evals = table[table["kind"] == "eval"]
+    samples = table[table["kind"] == SAMPLES_EVAL]
     method_rows: list[dict] = []
     curve_rows: list[dict] = []
     for key, group in ordered_groups(runs):
         metric, final_col, auc_col = accuracy_columns(group)
-        group = with_response_auc(group, evals)
+        group = with_samples_auc(group, samples)
         methods = sorted(group["method"].unique())
         rows: dict[str, dict] = {}
         for method in methods:
             row: dict = dict(zip(GROUP, key, strict=True), method=method, accuracy_metric=metric)
             row["n_seeds"] = int((group["method"] == method).sum())
-            for name, column in (("final", final_col), ("auc", auc_col)):
+            row["samples_horizon"] = float(group["samples_horizon"].iloc[0])
+            means = (("final", final_col), ("auc", auc_col), ("samples", SAMPLES_AUC))
+            for name, column in means:
                 values = seed_values(group, method, column)
                 for stat in ("mean", "iqm"):
                     iv = bootstrap_interval(values, stat, reps=reps, seed=seed)
                     row[f"{name}_{stat}"], row[f"{name}_{stat}_low"] = iv.point, iv.low
                     row[f"{name}_{stat}_high"] = iv.high
             if method != BASELINE and BASELINE in methods:
-                for name, column in (("auc", auc_col), ("final", final_col),
-                                     ("online", ONLINE_COLUMN)):  # fmt: skip
+                gains = (("auc", auc_col), ("final", final_col), ("online", ONLINE_COLUMN),
+                         ("samples", SAMPLES_AUC))  # fmt: skip
+                for name, column in gains:
                     gaps = paired_gaps(group, method, column)
                     if len(gaps):
                         row |= gain(gaps.to_numpy(), reps=reps, seed=seed).columns(f"gain_{name}")
@@ -115,13 +126,17 @@ def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[s
                 if min(len(base), row["n_seeds"]) >= 2:  # one seed of either: no probability
                     values = seed_values(group, method, auc_col)
                     row["poi_auc"] = probability_of_improvement(values, base)
-            for label, column in (("position", auc_col), ("credit_position", "credit_auroc")):
+            for label, column in (
+                ("position", auc_col),
+                ("samples_position", SAMPLES_AUC),
+                ("credit_position", "credit_auroc"),
+            ):
                 where, why = scale_position(group, method, column, reps=reps, seed=seed)
                 row[label] = where.point if where is not None else math.nan
                 row[f"{label}_low"] = where.low if where is not None else math.nan
                 row[f"{label}_high"] = where.high if where is not None else math.nan
                 row[f"{label}_note"] = why
-            for column in (*DIAGNOSTICS, "auc_responses"):
+            for column in DIAGNOSTICS:
                 values = seed_values(group, method, column)
                 if np.isfinite(values).any():
                     iv = bootstrap_interval(values, "mean", reps=reps, seed=seed)

@@ -8,7 +8,7 @@ without evaluations or whose evaluations end short of its budget) is skipped wit
 names the folder; a finished run whose ``metrics.jsonl`` holds a line the harness never writes
 is an error naming the file and line.
 
-The table (a pandas DataFrame) has two kinds of rows, told apart by ``kind``:
+The table (a pandas DataFrame) has three kinds of rows, told apart by ``kind``:
 
 - ``"eval"``: one per run and evaluation point, with ``budget_fraction`` (the fraction of the
   budget it was scheduled at, ``budget.eval_fractions``: the same points in every run),
@@ -16,6 +16,10 @@ The table (a pandas DataFrame) has two kinds of rows, told apart by ``kind``:
   :func:`~creditbench.harness.records.files.spent_fraction`), ``responses_trained``
   (responses the run had trained on by then) and the evaluation metrics (``sampled_accuracy``,
   ``greedy_accuracy``, ``pass_at_k``, ...);
+- ``"eval_responses"``: one per run and evaluation at a count of trained responses
+  (``budget.eval_responses``; records of runs without it have none), with ``responses_mark``
+  (the count it was placed at), ``step``, ``responses_trained`` and the evaluation metrics:
+  the equal-samples axis (:func:`.stats.with_samples_auc`), read from these alone;
 - ``"run"``: one per run (``budget_fraction`` empty) with ``start_accuracy`` (at fraction 0),
   ``final_accuracy``, ``auc`` (the area under accuracy against the spent fraction, over the
   whole budget: :func:`~creditbench.harness.records.files.budget_auc`; and
@@ -26,7 +30,8 @@ The table (a pandas DataFrame) has two kinds of rows, told apart by ``kind``:
 Every row carries ``run`` (the folder relative to the results directory), ``method``, ``task``,
 ``options`` (the task options as ``key=value``, ``default`` when none), ``setting`` (the config
 fields besides method, task, options and seed that vary between collected runs of one task and
-options, such as a swept batch size; ``default`` when none) and ``seed``. ``accuracy_metric``
+options, such as a swept batch size, less those that change no step: the counts of trained
+responses a run is evaluated at; ``default`` when none) and ``seed``. ``accuracy_metric``
 names the metric behind ``final_accuracy`` and ``auc``: ``sampled_accuracy`` when every
 evaluation of the run has it, otherwise ``greedy_accuracy`` (the trainer's summary uses the same
 rule).
@@ -74,6 +79,12 @@ from creditbench.harness.records.files import (
 
 # Config fields that name where or how a run was executed, not what it computed.
 NOT_A_SETTING = ("run_name", "output_dir", "device", "checkpoint_every", "vllm")
+# Fields that change no step of a run and so do not split a setting (its digest still tells the
+# configs apart): the counts of trained responses it is also evaluated at, which runs of one
+# setting may or may not have (a row without them reads "not measured" on the samples axis).
+NOT_A_SETTING_FIELDS = ("budget.eval_responses",)
+# The kind of an evaluation row at a count of trained responses (``budget.eval_responses``).
+SAMPLES_EVAL = "eval_responses"
 IDENTITY_FIELDS = ("method", "method_options", "task", "task_options", "seed")
 # Step-record keys that are bookkeeping, not diagnostics.
 NOT_A_DIAGNOSTIC = {
@@ -173,9 +184,18 @@ def _run_seconds(summary: dict, records: list[dict]) -> dict[str, float]:
     return seconds
 
 
-def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict], dict[str, float]]:
-    """(config, eval entries, step records, seconds) of a finished run; RunFormatError says why
-    not."""
+class RunRecords(NamedTuple):
+    """What a finished run's records give the table."""
+
+    config: dict[str, Any]
+    evals: list[dict]  # the evaluations at budget fractions, in order
+    sample_evals: list[dict]  # the evaluations at counts of trained responses, in order
+    steps: list[dict]  # the step records
+    seconds: dict[str, float]
+
+
+def _read_run(run: Path) -> RunRecords:
+    """A finished run's :class:`RunRecords`; RunFormatError says why not."""
     config = read_run_config(run / "config.yaml")
     try:
         summary = json.loads(read_record_bytes(run / "summary.json"))
@@ -204,16 +224,21 @@ def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict], dict[s
     except RunFormatError as err:  # the harness never writes such a line: damage, or an edit
         raise DamagedRunError(f"{err}; repair or remove the run") from None
     by_fraction: dict[float, dict] = {}
+    by_count: dict[int, dict] = {}
     steps = []
     for record in records:
         entry = record.get("eval")
-        if isinstance(entry, dict):
-            if not _finite(entry.get("fraction")):
-                step = record.get("step")
-                raise RunFormatError(f"corrupt eval record at step {step}: no fraction")
-            by_fraction[min(float(entry["fraction"]), 1.0)] = entry  # a repeat: the later one
-        else:
+        if not isinstance(entry, dict):
             steps.append(record)
+        elif _finite(entry.get("fraction")):
+            by_fraction[min(float(entry["fraction"]), 1.0)] = entry  # a repeat: the later one
+        elif _count(entry.get("responses")):
+            by_count[int(entry["responses"])] = entry
+        else:
+            raise RunFormatError(
+                f"corrupt eval record at step {record.get('step')}: neither a fraction of the "
+                "budget nor a count of trained responses"
+            )
     if not by_fraction:
         raise RunFormatError("finished but metrics.jsonl holds no evaluation")
     evals = [dict(by_fraction[f], fraction=f) for f in sorted(by_fraction)]
@@ -222,7 +247,13 @@ def _read_run(run: Path) -> tuple[dict[str, Any], list[dict], list[dict], dict[s
             f"its evaluations end at {spent_fraction(evals[-1]):.3g} of the budget, short of "
             "its end: no AUC over the whole budget"
         )
-    return config, evals, steps, _run_seconds(summary, records)
+    counted = [by_count[n] for n in sorted(by_count)]
+    return RunRecords(config, evals, counted, steps, _run_seconds(summary, records))
+
+
+def _count(value: Any) -> bool:
+    """Whether ``value`` is a count of trained responses an evaluation was placed at."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def trained_responses(steps: list[dict]):
@@ -239,9 +270,8 @@ def trained_responses(steps: list[dict]):
     return upto
 
 
-def _run_rows(
-    rel: str, config: dict, evals: list[dict], steps: list[dict], seconds: dict[str, float]
-) -> list[dict]:
+def _run_rows(rel: str, records: RunRecords) -> list[dict]:
+    config, evals, steps = records.config, records.evals, records.steps
     base = {
         "run": rel,
         "method": config["method"],
@@ -268,6 +298,17 @@ def _run_rows(
         }
         row.update({k: entry[k] for k in EVAL_METRICS if _finite(entry.get(k))})
         rows.append(row)
+    for entry in records.sample_evals:
+        step = entry.get("step")
+        row = {
+            **base,
+            "kind": SAMPLES_EVAL,
+            "responses_mark": entry["responses"],
+            "step": step,
+            "responses_trained": trained(step) if isinstance(step, int) else math.nan,
+        }
+        row.update({k: entry[k] for k in EVAL_METRICS if _finite(entry.get(k))})
+        rows.append(row)
     run_row: dict[str, Any] = {**base, "kind": "run", "accuracy_metric": metric}
     for name in ("sampled_accuracy", "greedy_accuracy"):
         if all(_finite(e.get(name)) for e in evals):
@@ -282,7 +323,7 @@ def _run_rows(
     )
     run_row["auc"] = run_row.get(f"auc_{metric}", math.nan)
     run_row["steps"] = max((r["step"] for r in steps if isinstance(r.get("step"), int)), default=0)
-    run_row.update(seconds)
+    run_row.update(records.seconds)
     flops = [float(r["flops"]) for r in steps if _finite(r.get("flops"))]
     if flops:
         run_row["flops_total"] = max(flops)  # the meter's count, cumulative over the run
@@ -308,7 +349,14 @@ def _labels(configs: dict[str, dict]) -> tuple[dict[str, str], dict[str, str]]:
         rel: _flatten({k: v for k, v in c.items() if k not in IDENTITY_FIELDS})
         for rel, c in configs.items()
     }
-    keys = sorted({k for f in flat.values() for k in f if k.split(".")[0] not in NOT_A_SETTING})
+    keys = sorted(
+        {
+            k
+            for f in flat.values()
+            for k in f
+            if k.split(".")[0] not in NOT_A_SETTING and k not in NOT_A_SETTING_FIELDS
+        }
+    )
     # A field names a setting only where it varies between runs of one task and task options:
     # a budget that each task setting fixes (the standard suite's hard and easy) says nothing
     # the options do not already say.
@@ -346,7 +394,7 @@ def _read_folder(root: Path) -> tuple[dict[str, tuple], list[str]]:
     for path in paths:
         rel = path.with_name(run_name(path)).relative_to(root).as_posix() if path != root else "."
         try:
-            config, evals, steps, seconds = _read_run(path)
+            records = _read_run(path)
         except DamagedRunError:
             raise  # a finished run that cannot be read would leave its seed out unseen
         except RunFormatError as err:
@@ -357,8 +405,7 @@ def _read_folder(root: Path) -> tuple[dict[str, tuple], list[str]]:
         except (OSError, ValueError, TypeError, KeyError) as err:
             warnings.append(f"{rel}: skipped: corrupt ({type(err).__name__}: {err})")
             continue
-        rows = _run_rows(rel, config, evals, steps, seconds)
-        read[rel] = (config, _environment(path), rows)
+        read[rel] = (records.config, _environment(path), _run_rows(rel, records))
     return read, warnings
 
 

@@ -3,9 +3,10 @@
 ``docs/index.md`` opens with the validated board: the gain figure of the standard suite's hard
 setting (every method's AUC gain over GRPO with its 95% interval, sorted, the board's own
 ``gain_forest`` figure) and sentences computed from the intervals: the verdict of
-:func:`.verdict.setting_verdict` and each method's position on the GRPO(0) -> oracle(1) scale
-where the oracle separates. The block sits between two markers in the page, so it is rewritten
-in place and a test can recompute it from ``docs/results/standard/runs.csv``::
+:func:`.verdict.setting_verdict`, each method's position on the GRPO(0) -> oracle(1) scale
+where the oracle separates, and the equal-samples axis (:func:`.samples.samples_sentence`).
+The block sits between two markers in the page, so it is rewritten in place and a test can
+recompute it from ``docs/results/standard/runs.csv``::
 
     python scripts/home_headline.py docs/results/standard/runs.csv docs/index.md
 
@@ -28,6 +29,7 @@ import pandas as pd
 from .board import summarize
 from .gains import ranked, ranked_without
 from .plots import slug
+from .samples import measured, samples_sentence
 from .stats import BASELINE, ORACLE
 from .verdict import setting_verdict
 
@@ -103,9 +105,11 @@ def easy_sentence(frame: pd.DataFrame | None) -> str:
     before GRPO's easy runs."""
     if frame is None or BASELINE not in set(frame["method"]):
         return ""
+    # the equal-samples axis where it is measured (the hard setting's sentence says when not)
+    samples = f" {samples_sentence(frame)}" if measured(frame).any() else ""
     return (
         f"\n\nIn the easy setting ({frame['method'].nunique()} methods, {seeds_each(frame)}): "
-        f"{setting_verdict(frame)} {_positions(frame)}"
+        f"{setting_verdict(frame)} {_positions(frame)}{samples}"
     )
 
 
@@ -271,7 +275,8 @@ def _headline(
             f"bootstrap, thin: t]({figure})",
             "",
             f"The hard setting of the frozen protocol, {n_methods} methods, {seeds_each(frame)}. "
-            f"{setting_verdict(frame)} {_positions(frame)}{easy_sentence(easy)}",
+            f"{setting_verdict(frame)} {_positions(frame)} {samples_sentence(frame)}"
+            f"{easy_sentence(easy)}",
             END,
         ]
     )

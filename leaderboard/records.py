@@ -2,9 +2,11 @@
 
 ``runs.csv`` (written by :func:`leaderboard.report.render`) is :func:`.collect.collect_runs`'s
 table: per run one ``kind = "run"`` row (every scalar the leaderboard reads, the run's config as
-JSON, its digest, commit and packages) and one ``kind = "eval"`` row per evaluation (the
-accuracy curve). Committed next to a published snapshot, it stands in for the run folders: a
-contributor runs only the new method and renders it against the file,
+JSON, its digest, commit and packages), one ``kind = "eval"`` row per evaluation at a budget
+fraction (the accuracy curve) and one ``kind = "eval_responses"`` row per evaluation at a count
+of trained responses, where the run has them. Committed next to a published snapshot, it
+stands in for the run folders: a contributor runs only the new method and renders it against
+the file,
 
     creditbench leaderboard docs/results/standard/runs.csv runs/mine --out board
 
@@ -25,12 +27,12 @@ import pandas as pd
 
 from creditbench.harness.records.files import RunFormatError
 
-from .collect import config_digest, config_text
+from .collect import SAMPLES_EVAL, config_digest, config_text
 
 REQUIRED = ("run", "kind", "method", "task", "options", "setting", "seed", "config")
 # Columns collect_runs adds to every run row from the run's config and environment.
 RECORD_COLUMNS = ("config", "config_digest", "commit", "git_dirty", "packages")
-INTEGER_COLUMNS = ("seed", "step", "steps")
+INTEGER_COLUMNS = ("seed", "step", "steps", "responses_mark")
 
 
 def _value(column: str, value: Any) -> Any:
@@ -117,7 +119,7 @@ def read_records(path: str | Path) -> dict[str, tuple[dict, dict, list[dict]]]:
             k: _value(k, v) for k, v in raw.items() if not (isinstance(v, float) and math.isnan(v))
         }
         missing = [c for c in REQUIRED if c != "config" and c not in row]
-        if missing or row["kind"] not in ("run", "eval"):
+        if missing or row["kind"] not in ("run", "eval", SAMPLES_EVAL):
             problem = f"empty {', '.join(missing)}" if missing else f"kind {row['kind']!r}"
             raise RunFormatError(f"{where}: {problem}")
         if not isinstance(row["seed"], int):

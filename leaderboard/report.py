@@ -4,6 +4,7 @@
 
 - ``leaderboard.md``: per setting the verdict in a sentence or two (:mod:`.verdict`), the gain
   over GRPO as a forest plot, the accuracy table sorted by the AUC gain (:mod:`.tables`), the
+  equal-samples axis (:mod:`.samples`: a sentence, and its table where it is measured), the
   curves of GRPO, oracle credit, the best and the worst method, every method in a small panel
   against GRPO, the credit diagnostics table and the numbers reported by the papers where the
   task matches; then the figures across settings (the AUC gains of every setting side by side,
@@ -42,6 +43,7 @@ from . import plots
 from .board import summarize
 from .collect import collect_runs, manifest_folders, suite_coverage, suite_names
 from .papers import reported_results
+from .samples import samples_sentence, samples_table
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups
 from .tables import accuracy_table, credit_table, gains_table, paper_table, position_notes
 from .verdict import setting_verdict
@@ -185,6 +187,9 @@ def build_blocks(
                 + "".join(f" {note}" for note in position_notes(frame)),
             )
         )
+        blocks.append(("p", samples_sentence(frame)))
+        if (samples := samples_table(frame)) is not None:
+            blocks.append(("table", *samples))
         blocks.append(("table", *gains_table(frame)))
         if f"curves-{name}" in figures:
             caption = (

@@ -13,6 +13,9 @@ Per method and task (a *group* is one task, task options and setting; see
   (:func:`~creditbench.harness.records.files.budget_auc`), so a run that stays at accuracy a
   over the whole budget scores a. The accuracy is
   ``sampled_accuracy`` when every run of the group has it, ``greedy_accuracy`` otherwise.
+- **AUC at equal samples** (:func:`with_samples_auc`): the mean accuracy over the first
+  trained responses every measured run of a setting reached, from the evaluations at counts of
+  trained responses (``budget.eval_responses``) alone; not measured where a run has none.
 - mean and IQM with **stratified bootstrap 95% confidence intervals** over seeds (percentile
   method, seeds resampled with replacement within each task, ``reps`` draws from a fixed seed).
   With one seed there is nothing to resample: the interval is reported as degenerate
@@ -42,8 +45,11 @@ import numpy as np
 import pandas as pd
 from rliable import metrics as rly_metrics
 
+from creditbench.harness.records.files import area_until
+
 BASELINE = "grpo"
 ORACLE = "oracle"
+SAMPLES_AUC = "auc_samples"  # a run's AUC on the equal-samples axis (with_samples_auc)
 GROUP = ["task", "options", "setting"]
 DIAGNOSTICS = (
     "credit_precision",
@@ -190,13 +196,13 @@ def seed_values(runs: pd.DataFrame, method: str, column: str) -> np.ndarray:
     return runs.loc[runs["method"] == method, column].to_numpy(dtype=float)
 
 
-def auc_over_responses(xs: np.ndarray, ys: np.ndarray, horizon: float) -> float:
+def auc_over_responses(xs, ys, horizon: float) -> float:
     """Mean accuracy over trained responses ``0..horizon``: the area under the curve through
-    ``(xs, ys)`` (linear in between, cut at ``horizon``) divided by ``horizon``."""
+    ``(xs, ys)`` (linear in between, cut at ``horizon``: the rule of the compute axis's AUC,
+    :func:`~creditbench.harness.records.files.area_until`) divided by ``horizon``."""
     if horizon <= 0 or len(xs) < 2:
         return math.nan
-    grid = np.union1d(xs[xs < horizon], [horizon])
-    return float(np.trapezoid(np.interp(grid, xs, ys), grid) / horizon)
+    return area_until([float(x) for x in xs], [float(y) for y in ys], horizon) / horizon
 
 
 def responses_to_reach(xs: np.ndarray, ys: np.ndarray, threshold: float) -> float:
@@ -237,16 +243,37 @@ def response_horizon(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
     return min(xs[-1] for xs, _ in curves.values())
 
 
-def with_response_auc(group: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
-    """``group`` (run rows of one setting) with ``auc_responses``: each run's mean accuracy
-    over trained responses up to the horizon every run of the setting reached, so that
-    methods that train on fewer responses per FLOP (charged value rollouts) are compared at
-    equal samples. NaN throughout when an evaluation lacks ``responses_trained``."""
-    group = group.copy()
-    curves = response_curves(group, evals)
-    if not curves:
-        group["auc_responses"] = math.nan
+def with_samples_auc(group: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """``group`` (run rows of one setting) with the equal-samples axis: ``auc_samples``, each
+    run's mean accuracy over its first ``samples_horizon`` trained responses, read from its
+    evaluations at counts of trained responses only (``samples``: the table's
+    ``eval_responses`` rows), never interpolated from the budget's.
+
+    The horizon is the largest count at which every measured run of the setting was evaluated;
+    a run's curve starts at its start evaluation (0 responses) and passes through its
+    evaluations at the counts every measured run shares, each where it happened (the responses
+    trained by the step that reached the count), and its area is taken up to the horizon by the
+    compute axis's rule. A run without such evaluations (or without a start evaluation) is not
+    measured: NaN, as is everything when no count is shared."""
+    group = group.assign(**{SAMPLES_AUC: math.nan, "samples_horizon": math.nan})
+    curves = {}  # run -> (start accuracy, {count: (responses trained, accuracy)})
+    for r in group.itertuples():
+        points = samples[samples["run"] == r.run] if "run" in samples else samples
+        metric = getattr(r, "accuracy_metric", "sampled_accuracy")
+        start = float(getattr(r, "start_accuracy", math.nan))
+        if points.empty or metric not in points or not math.isfinite(start):
+            continue
+        marks = points["responses_mark"].astype(int)
+        xs, ys = points["responses_trained"].astype(float), points[metric].astype(float)
+        if np.isfinite(xs).all() and np.isfinite(ys).all():
+            curves[r.run] = (start, dict(zip(marks, zip(xs, ys, strict=True), strict=True)))
+    shared = set.intersection(*(set(points) for _, points in curves.values())) if curves else set()
+    if not shared:
         return group
-    horizon = response_horizon(curves)
-    group["auc_responses"] = [auc_over_responses(*curves[run], horizon) for run in group["run"]]
+    horizon = max(shared)
+    for run, (start, points) in curves.items():
+        at = [points[mark] for mark in sorted(shared)]
+        xs, ys = [0.0, *(x for x, _ in at)], [start, *(y for _, y in at)]
+        group.loc[group["run"] == run, SAMPLES_AUC] = auc_over_responses(xs, ys, horizon)
+    group["samples_horizon"] = float(horizon)
     return group

@@ -35,13 +35,17 @@ def make_run(
     eval_seconds=2.0,
     eval_length=None,
     eval_spent=None,
+    responses=None,
+    eval_counts=(),
     **sections,
 ):
     """A run as the trainer writes it; ``sections`` update config sections (rollout={...});
     ``step_seconds`` (one per step) and ``wall_seconds`` replace the method's usual times,
     ``eval_seconds`` is each evaluation's and ``eval_length`` its samples' mean length, and
     ``eval_spent`` the budget spent at each evaluation (its ``budget_fraction``; none recorded
-    by default, as in records older than the field)."""
+    by default, as in records older than the field); ``responses`` the responses each step
+    trains on (none recorded by default), and ``eval_counts`` the evaluations at counts of
+    trained responses, ``(count, step)`` pairs, each with the accuracy of its step."""
     length = {} if eval_length is None else {"mean_length": eval_length}
     config = to_dict(RunConfig(method=method, seed=seed, task=task, task_options={"steps": steps}))
     config.update(run_name=name, output_dir=str(root))
@@ -81,9 +85,14 @@ def make_run(
                 "credit_precision": CREDIT_AUROC.get(method, 0.55) - 0.3,
                 "credit_auroc": CREDIT_AUROC.get(method, 0.55),
                 "credit_chance": 0.1,
+                **({} if responses is None else {"responses": responses}),
                 "time": {"step": step_seconds[step - 1]},
             }
         )
+        for count in (n for n, at in eval_counts if at == step):
+            entry = {"responses": count, "step": step, "sampled_accuracy": accuracy[step]}
+            entry["greedy_accuracy"] = accuracy[step]
+            run.append_metrics({"step": step, "eval": entry, "time": {"eval": eval_seconds}})
         run.append_metrics(
             {
                 "step": step,

@@ -371,38 +371,6 @@ def test_summarize_pairs_gains_by_seed_ranks_and_places_methods():
     assert end["accuracy"] == pytest.approx(np.mean(grpo)) and end["n"] == 5
 
 
-def test_learning_speed_is_compared_at_equal_trained_responses():
-    from creditbench.leaderboard.stats import with_response_auc
-
-    runs, evals = [], []
-    # GRPO and the oracle train on 100 responses per half budget; "slow" (charged value
-    # rollouts) on half as many: per budget fraction it looks as fast as the oracle, per
-    # trained response it is the fastest of all
-    for method, per_half, accs in (
-        ("grpo", 100.0, [0.2, 0.3, 0.4]),
-        ("oracle", 100.0, [0.2, 0.4, 0.5]),
-        ("slow", 50.0, [0.2, 0.4, 0.5]),
-    ):
-        runs.append({"kind": "run", "run": method, "method": method})
-        for fraction, step, acc in zip((0.0, 0.5, 1.0), (0, 1, 2), accs, strict=True):
-            evals.append(
-                {
-                    "kind": "eval",
-                    "run": method,
-                    "budget_fraction": fraction,
-                    "responses_trained": per_half * step,
-                    "sampled_accuracy": acc,
-                }
-            )
-    group = with_response_auc(pd.DataFrame(runs), pd.DataFrame(evals))
-    auc = dict(zip(group["run"], group["auc_responses"], strict=True))
-    # the common horizon is 100 responses, the slow method's end
-    assert auc["grpo"] == pytest.approx(0.25) and auc["oracle"] == pytest.approx(0.3)
-    assert auc["slow"] == pytest.approx((0.3 * 50 + 0.45 * 50) / 100)
-    no_counts = pd.DataFrame(evals).drop(columns="responses_trained")
-    assert with_response_auc(pd.DataFrame(runs), no_counts)["auc_responses"].isna().all()
-
-
 def test_the_sign_test_leaves_ties_out_and_is_two_sided():
     found = gain([0.1, 0.2, 0.05, 0.3, 0.1, -0.02, 0.0])
     assert (found.ahead, found.behind, found.pairs) == (5, 1, 7)

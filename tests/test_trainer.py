@@ -26,6 +26,7 @@ from creditbench.harness.records.rundir import RunDir, RunDirError, RunLockedErr
 from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.training.setup import needs_reference
 from creditbench.harness.training.trainer import NonFiniteError, Trainer
+from creditbench.leaderboard.collect import SAMPLES_EVAL, collect_runs
 from creditbench.methods.base import CreditMethod, Needs
 from creditbench.methods.registry import _REGISTRY, list_methods, register_method
 from creditbench.tools.cli.main import main
@@ -172,6 +173,13 @@ def test_an_evaluation_lands_at_the_step_that_reaches_each_count_of_trained_resp
     assert {k: v for k, v in summary.items() if k not in ("time", "run_name")} == {
         k: v for k, v in plain.items() if k not in ("time", "run_name")
     }
+    # the leaderboard reads them as their own kind of evaluation, where they happened
+    table, _ = collect_runs(tmp_path / "counts")
+    rows = table[table["kind"] == SAMPLES_EVAL]
+    assert rows[["responses_mark", "responses_trained"]].values.tolist() == [
+        [9, 9], [10, 18], [18, 18], [27, 27]
+    ]  # fmt: skip
+    assert (table["kind"] == "eval").sum() == 3  # the budget's, at 0, 0.6 and 1
 
 
 @pytest.mark.parametrize("method", [TOKEN_METHOD, "prime"])  # prime: a second trained model

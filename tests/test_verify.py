@@ -278,3 +278,19 @@ def test_verify_reruns_a_run_at_its_commit_and_reports_a_planted_change(
     assert [row[1:3] for row in rows] == [["reward_mean", "1"]]
     assert f"{planted + 0.5} -> {planted}" in out and out.rstrip().endswith("records differ")
     assert not (tmp_path / "scratch").exists()  # removed without --keep
+
+
+def test_an_interrupted_verify_says_what_it_keeps_not_trains_resume_line(monkeypatch, capsys):
+    """Ctrl-C in verify removes the scratch re-run; the message must not promise checkpoints
+    and a --resume, as an interrupted train does."""
+    import creditbench.tools.cli.verify as verify_cli
+    from creditbench.tools.cli.main import main
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(verify_cli, "_cmd_verify", interrupted)
+    assert main(["verify", "somewhere"]) == 130
+    err = capsys.readouterr().err
+    assert "creditbench verify: interrupted; the re-run stopped" in err
+    assert "--resume" not in err

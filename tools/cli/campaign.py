@@ -70,4 +70,8 @@ def add_campaign_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads", type=positive_int, default=1, help="torch threads per run (default: 1)"
     )
-    p.set_defaults(func=_cmd_campaign)
+    p.set_defaults(
+        func=_cmd_campaign,
+        interrupted="finished runs and the last checkpoint of each unfinished one are kept in "
+        "the work folder; the same command resumes",
+    )

@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     except MissingPackageError as err:  # any command may be the first to read a task's data
         return usage_error(args.command, f"task data: {err}")
     except KeyboardInterrupt:
-        print(f"\ncreditbench {args.command}: interrupted; {KEPT}", file=sys.stderr)
+        kept = getattr(args, "interrupted", KEPT)  # a verb that keeps something else says so
+        print(f"\ncreditbench {args.command}: interrupted; {kept}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

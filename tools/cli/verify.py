@@ -182,4 +182,8 @@ def add_verify_command(subparsers) -> None:
     )
     p.add_argument("--keep", action="store_true", help="keep the re-run (default: removed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar from the re-run")
-    p.set_defaults(func=_cmd_verify)
+    p.set_defaults(
+        func=_cmd_verify,
+        interrupted="the re-run stopped and its scratch folder is removed (kept with --keep); "
+        "the published run is untouched",
+    )

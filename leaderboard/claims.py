@@ -23,9 +23,14 @@ Each verdict carries the claim's caveats (the card's, such as "mechanism inert h
 method page's reason) and, where the baseline row is itself behind GRPO in that setting by the
 claim rule, says so: a method ahead of a baseline that lost to GRPO has beaten a weak row.
 
-Which run column measures each axis is :data:`AXIS_COLUMNS`: the compute axis is the board's
-AUC (accuracy over the fraction of the FLOP budget spent); an axis without a column, or whose
-column the records do not hold, is not measured yet. The paper's number and ours come from
+How each axis is read (:func:`axis_reading`): the compute axis is the board's AUC (accuracy
+over the fraction of the FLOP budget spent); the samples axis the board's equal-samples AUC
+(:func:`~creditbench.leaderboard.stats.with_samples_auc`: accuracy over the first trained
+responses every measured run of the setting reached, from evaluations at those counts only);
+the steps axis the same, for two rows that train as many responses an optimizer step (within
+:data:`SAME_PACE`; every method but IBPO and InT trains the batch's 32), where equal samples is
+equal steps; the wall-clock axis is not measured. A claim whose axis the records do not measure
+is *not resolved* (:data:`AXIS_NOT_MEASURED`). The paper's number and ours come from
 different models, data and budgets; only the direction is tested, never the size.
 
 A run is found by its name, which the bench writes as ``<task>-<label>-<options>-<row>-s<seed>``
@@ -34,6 +39,7 @@ A run is found by its name, which the bench writes as ``<task>-<label>-<options>
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -41,10 +47,10 @@ from pathlib import PurePosixPath
 
 import pandas as pd
 
-from creditbench.reference.cards import CLAIM_SETTINGS, Card, Claim
+from creditbench.reference.cards import AXES, CLAIM_SETTINGS, Card, Claim
 
 from .gains import MIN_PAIRS_FOR_A_CLAIM, Gain, gain
-from .stats import BASELINE, accuracy_columns
+from .stats import BASELINE, SAMPLES_AUC, accuracy_columns, with_samples_auc
 
 TASK = "chain"  # the standard suite's task (tools/suites/standard.yaml)
 
@@ -71,10 +77,10 @@ VERDICTS = {
 }
 AXIS_NOT_MEASURED = "its axis is not measured yet"
 
-# The run column each axis is read from; None: no record measures it yet. The compute axis is
-# the board's AUC column, resolved per table (sampled accuracy where every run has it).
-COMPUTE = "compute"
-AXIS_COLUMNS: dict[str, str | None] = {"samples": None, "steps": None, "wall-clock": None}
+COMPUTE, SAMPLES, STEPS, WALL_CLOCK = AXES
+# How far apart two rows' trained responses a step may be for equal samples to stand for equal
+# steps (ours): the records' paces are exact (32 a step) but for rows that add or drop responses
+SAME_PACE = 0.01
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,7 @@ class Verdict:
     verdict: str
     why: str = ""
     weak_baseline: str = ""
+    reading: str = ""  # how the axis was read where it is not the claim's own measure
 
 
 def row_seeds(table: pd.DataFrame, label: str, row: str, column: str) -> pd.Series:
@@ -114,25 +121,63 @@ def auc_column(table: pd.DataFrame) -> str:
     return accuracy_columns(_runs(table))[2]
 
 
-def axis_column(table: pd.DataFrame, axis: str) -> str | None:
-    """The run column of ``table`` a claim on ``axis`` is read from; None where no column of
-    the records measures that axis (:data:`AXIS_COLUMNS`)."""
-    if axis == COMPUTE:
-        return auc_column(table)
-    column = AXIS_COLUMNS.get(axis)
+def setting_runs(table: pd.DataFrame, setting: str) -> pd.DataFrame:
+    """The run rows of the standard suite's setting ``setting``, by run name (module doc)."""
     runs = _runs(table)
-    if column is None or column not in runs or not runs[column].notna().any():
+    names = runs["run"].map(lambda name: PurePosixPath(str(name)).name)
+    return runs[names.str.startswith(f"{TASK}-{setting}-")]
+
+
+def axis_reading(table: pd.DataFrame, setting: str, axis: str) -> tuple[pd.DataFrame, str] | None:
+    """``(run rows, column)``: where the claims of ``setting`` on ``axis`` are read (module
+    doc); None where the records do not measure the axis there."""
+    if axis == COMPUTE:
+        return _runs(table), auc_column(table)
+    if axis not in (SAMPLES, STEPS):
         return None
-    return column
+    from .collect import SAMPLES_EVAL
+
+    runs = setting_runs(table, setting)
+    if runs.empty or "kind" not in table:
+        return None
+    runs = with_samples_auc(runs, table[table["kind"] == SAMPLES_EVAL])
+    return (runs, SAMPLES_AUC) if runs[SAMPLES_AUC].notna().any() else None
+
+
+def responses_per_step(table: pd.DataFrame, setting: str, row: str) -> float:
+    """A card row's trained responses per optimizer step in ``setting``: the mean over its runs
+    of the responses trained by its last evaluation over that evaluation's step; NaN unknown."""
+    if "kind" not in table or "responses_trained" not in table:
+        return math.nan
+    evals = table[(table["kind"] == "eval") & (table["step"] > 0)]
+    last = evals.sort_values("budget_fraction").groupby("run").last()
+    paces = (last["responses_trained"] / last["step"]).rename("pace").reset_index()
+    mine = row_seeds(paces.assign(kind="run"), setting, row, "pace")
+    return float(mine.mean()) if len(mine) else math.nan
+
+
+def steps_as_samples(table: pd.DataFrame, claim: Claim, setting: str) -> tuple[bool, str]:
+    """``(True, how)`` where the claim's two rows train as many responses a step, so that
+    equal samples is equal steps (:data:`SAME_PACE`); ``(False, why not)`` otherwise."""
+    mine = responses_per_step(table, setting, claim.method)
+    theirs = responses_per_step(table, setting, claim.baseline)
+    if not (math.isfinite(mine) and math.isfinite(theirs)):
+        return False, f"{AXIS_NOT_MEASURED}: the records do not say the responses a step"
+    if abs(mine - theirs) > SAME_PACE * max(mine, theirs):
+        return False, (
+            f"{AXIS_NOT_MEASURED}: equal samples is not equal steps here, {claim.method} "
+            f"training {mine:.1f} responses a step and {claim.baseline} {theirs:.1f}"
+        )
+    return True, f"read at equal samples: both train {mine:.0f} responses a step"
 
 
 def paired_gain(
-    table: pd.DataFrame, setting: str, row: str, baseline: str, column: str, reps: int
+    runs: pd.DataFrame, column: str, setting: str, row: str, baseline: str, reps: int
 ) -> tuple[Gain | None, str]:
-    """``(gain of row over baseline paired by seed, "")``, or ``(None, why)`` without a seed
-    pair in ``setting``."""
-    mine = row_seeds(table, setting, row, column)
-    theirs = row_seeds(table, setting, baseline, column)
+    """``(gain of row over baseline in ``column`` of ``runs``, paired by seed, "")``, or
+    ``(None, why)`` without a seed pair in ``setting``."""
+    mine = row_seeds(runs, setting, row, column)
+    theirs = row_seeds(runs, setting, baseline, column)
     seeds = mine.index.intersection(theirs.index)
     if len(seeds) == 0:
         missing = [r for r, s in ((row, mine), (baseline, theirs)) if s.empty]
@@ -141,8 +186,27 @@ def paired_gain(
     return gain((mine.loc[seeds] - theirs.loc[seeds]).to_numpy(), reps=reps), ""
 
 
+def claim_reading(
+    table: pd.DataFrame, claim: Claim, setting: str
+) -> tuple[tuple[pd.DataFrame, str] | None, str]:
+    """``((run rows, column), how)`` where the claim's axis is measured in ``setting`` (``how``
+    says how a claim on steps was read at equal samples; empty otherwise), or ``(None, why
+    not)``."""
+    reading = axis_reading(table, setting, claim.axis.value)
+    if reading is None:
+        return None, AXIS_NOT_MEASURED
+    if claim.axis.value == STEPS:
+        same, how = steps_as_samples(table, claim, setting)
+        return (reading if same else None), how
+    return reading, ""
+
+
 def weak_baseline(
-    table: pd.DataFrame, claim: Claim, setting: str, column: str | None, reps: int
+    table: pd.DataFrame,
+    claim: Claim,
+    setting: str,
+    reading: tuple[pd.DataFrame, str] | None,
+    reps: int,
 ) -> str:
     """A note when the claim's baseline row is behind GRPO in ``setting`` by the claim rule, on
     the claim's axis (on the board's compute axis where that is not measured); empty
@@ -150,9 +214,9 @@ def weak_baseline(
     if claim.baseline == BASELINE:
         return ""
     where = ""
-    if column is None:
-        column, where = auc_column(table), " on the compute axis"
-    measured, _ = paired_gain(table, setting, claim.baseline, BASELINE, column, reps)
+    if reading is None:
+        reading, where = (_runs(table), auc_column(table)), " on the compute axis"
+    measured, _ = paired_gain(*reading, setting, claim.baseline, BASELINE, reps)
     if measured is None or not measured.reversed:
         return ""
     return f"its baseline, {claim.baseline}, is itself behind GRPO{where}: {gain_text(measured)}"
@@ -162,27 +226,30 @@ def judge(
     card: str, claim: Claim, table: pd.DataFrame, setting: str, *, reps: int = 2000
 ) -> Verdict:
     """The :class:`Verdict` of one claim in one setting of a collected runs table."""
-    column = axis_column(table, claim.axis.value)
-    weak = weak_baseline(table, claim, setting, column, reps)
+    reading, how = claim_reading(table, claim, setting)
+    weak = weak_baseline(table, claim, setting, reading, reps)
     untestable = "; ".join(f"{c.label}: {c.note}" for c in claim.untestable)
-    measured, why = (
-        (None, AXIS_NOT_MEASURED)
-        if column is None
-        else paired_gain(table, setting, claim.method, claim.baseline, column, reps)
-    )
-    if untestable:
-        return Verdict(card, claim, setting, measured, NOT_TESTABLE, untestable, weak)
-    if measured is None:
-        return Verdict(card, claim, setting, None, NOT_RESOLVED, why, weak)
-    if measured.separates:
-        return Verdict(card, claim, setting, measured, HOLDS, "", weak)
-    if measured.reversed:
-        return Verdict(card, claim, setting, measured, REVERSED, "", weak)
-    if measured.pairs < MIN_PAIRS_FOR_A_CLAIM:
-        why = f"{measured.pairs} seed pairs, fewer than {MIN_PAIRS_FOR_A_CLAIM}"
+    if reading is None:
+        measured, why, how = None, how, ""
     else:
-        why = "the intervals include 0"
-    return Verdict(card, claim, setting, measured, NOT_RESOLVED, why, weak)
+        measured, why = paired_gain(*reading, setting, claim.method, claim.baseline, reps)
+
+    def verdict(word: str, why: str = "") -> Verdict:
+        return Verdict(card, claim, setting, measured, word, why, weak, how)
+
+    if untestable:
+        return verdict(NOT_TESTABLE, untestable)
+    if measured is None:
+        return verdict(NOT_RESOLVED, why)
+    if measured.separates:
+        return verdict(HOLDS)
+    if measured.reversed:
+        return verdict(REVERSED)
+    if measured.pairs < MIN_PAIRS_FOR_A_CLAIM:
+        return verdict(
+            NOT_RESOLVED, f"{measured.pairs} seed pairs, fewer than {MIN_PAIRS_FOR_A_CLAIM}"
+        )
+    return verdict(NOT_RESOLVED, "the intervals include 0")
 
 
 def judge_claim(
@@ -227,6 +294,8 @@ def verdict_text(verdict: Verdict) -> str:
     text = f"{verdict.verdict} ({verdict.why})" if verdict.why else verdict.verdict
     if verdict.gain is not None:
         text += f": {gain_text(verdict.gain)}"
+    if verdict.reading:
+        text += f" ({verdict.reading})"
     if verdict.weak_baseline:
         text += f"; {verdict.weak_baseline}"
     return text
@@ -323,7 +392,8 @@ def claims_page(cards: Sequence[Card], sources: Sequence[str], *, reps: int = 20
     if len(commits) > 6:  # a folder gathered over many campaigns
         commits = [f"{len(commits)} commits"]
     names = ", ".join(f"`{PurePosixPath(str(s)).as_posix()}`" for s in sources)
-    measured = [COMPUTE] + [axis for axis in AXIS_COLUMNS if axis_column(table, axis)]
+    samples = [st for st in CLAIM_SETTINGS if not table.empty and axis_reading(table, st, SAMPLES)]
+    where = f"measured in the {' and '.join(samples)} setting" if samples else "not measured"
     lines = [
         "# The papers' claims on the testbed",
         "",
@@ -337,10 +407,14 @@ def claims_page(cards: Sequence[Card], sources: Sequence[str], *, reps: int = 20
         "",
         verdict_legend(),
         "",
-        f"The records measure the {' and '.join(measured)} axis "
-        "(the AUC: accuracy over the fraction of the FLOP budget spent); a claim on another "
-        f"axis is *{NOT_RESOLVED}* ({AXIS_NOT_MEASURED}) and is never read on the compute "
-        "axis. Each verdict carries the claim's caveats from its card (the method page's "
+        "How the records measure each axis: compute, by the board's AUC (accuracy over the "
+        "fraction of the FLOP budget spent); samples, by the AUC over the first trained "
+        "responses every measured run of the setting reached, from evaluations at those counts "
+        f"only ({where} by these records); steps, as samples where the claim's two rows train "
+        "as many responses an optimizer step (every method but IBPO and InT trains the batch's "
+        "32), so that equal samples is equal steps; wall-clock, not at all. A claim whose axis "
+        f"is not measured is *{NOT_RESOLVED}* ({AXIS_NOT_MEASURED}), never read on the compute "
+        "axis instead. Each verdict carries the claim's caveats from its card (the method page's "
         "reason where its mechanism is inert here; a claim inferred from an abstract), and "
         "says so where the claim's baseline row is itself behind GRPO in that setting. The "
         "paper's number comes from its own model, data and budget: only the direction is "

@@ -15,7 +15,6 @@ from scipy.stats import ttest_1samp
 from test_cards import write
 from test_claims import EASY, claim_card, table
 
-from creditbench.leaderboard import claims as claims_module
 from creditbench.leaderboard.claims import (
     AXIS_NOT_MEASURED,
     HOLDS,
@@ -101,16 +100,50 @@ def test_every_shipped_claim_names_its_axis_and_where_it_was_read():
 # --- reading a claim on its axis, in every setting ---------------------------------------------
 
 
-def test_a_claim_made_on_steps_is_never_read_on_the_compute_axis(monkeypatch):
+def with_samples(runs: pd.DataFrame, gap: float, pace: dict[str, int]) -> pd.DataFrame:
+    """``runs`` (from :func:`table`) with evaluations at 64 and 128 trained responses: GRPO at
+    0.4 + 0.01 a seed at both, every other row ``gap`` off it, all from 0.3 at 0 responses;
+    and budget evaluations at step 4 that trained ``pace[row]`` responses a step (32 else)."""
+    runs = runs.assign(start_accuracy=0.3, accuracy_metric="sampled_accuracy")
+    extra = []
+    for name in runs["run"]:
+        row, seed = name.rsplit("-", 2)[-2], int(name.rsplit("-s", 1)[1])
+        accuracy = 0.4 + 0.01 * seed + (0.0 if row == "grpo" else gap)
+        for mark in (64, 128):
+            extra.append(
+                {"run": name, "kind": "eval_responses", "responses_mark": mark,
+                 "responses_trained": mark, "sampled_accuracy": accuracy}
+            )  # fmt: skip
+        extra.append(
+            {"run": name, "kind": "eval", "budget_fraction": 1.0, "step": 4,
+             "responses_trained": 4 * pace.get(row, 32)}
+        )  # fmt: skip
+    return pd.concat([runs, pd.DataFrame(extra)], ignore_index=True)
+
+
+def test_a_claim_made_on_steps_is_never_read_on_the_compute_axis():
     runs = table({"oppo": AHEAD})  # far ahead at equal compute
     verdict = judge("card", claim("steps"), runs, "hard")
     assert (verdict.verdict, verdict.why, verdict.gain) == (NOT_RESOLVED, AXIS_NOT_MEASURED, None)
-    # once the records measure steps, the claim is read there, and only there
-    runs["auc_steps"] = table({"oppo": BEHIND})["auc"]  # the same runs, behind per step
-    monkeypatch.setitem(claims_module.AXIS_COLUMNS, "steps", "auc_steps")
-    verdict = judge("card", claim("steps"), runs, "hard")
-    assert verdict.verdict == REVERSED and verdict.gain.point == pytest.approx(-0.052)
-    assert judge("card", claim("compute"), runs, "hard").verdict == HOLDS
+    assert judge("card", claim("samples"), runs, "hard").why == AXIS_NOT_MEASURED
+    # measured at equal samples, behind there: 0.05 behind at 64 and 128 responses, level at
+    # 0, is (0.05 / 2 x 64 + 0.05 x 64) / 128 = 0.0375 behind over the first 128 responses
+    measured = with_samples(runs, -0.05, {})
+    verdict = judge("card", claim("samples"), measured, "hard")
+    assert verdict.verdict == REVERSED and verdict.gain.point == pytest.approx(-0.0375)
+    # a claim per step reads it where both rows train as many responses a step, and says so
+    verdict = judge("card", claim("steps"), measured, "hard")
+    assert verdict.verdict == REVERSED and verdict.gain.point == pytest.approx(-0.0375)
+    assert verdict.reading == "read at equal samples: both train 32 responses a step"
+    assert judge("card", claim("compute"), measured, "hard").verdict == HOLDS
+    # ... and nowhere else: a row that trains 37 responses a step is not at equal steps
+    uneven = judge("card", claim("steps"), with_samples(runs, -0.05, {"oppo": 37}), "hard")
+    assert (uneven.verdict, uneven.gain) == (NOT_RESOLVED, None)
+    assert uneven.why == (
+        f"{AXIS_NOT_MEASURED}: equal samples is not equal steps here, oppo training 37.0 "
+        "responses a step and grpo 32.0"
+    )
+    assert judge("card", claim("wall-clock"), measured, "hard").why == AXIS_NOT_MEASURED
 
 
 def test_a_claim_gets_one_verdict_per_setting():

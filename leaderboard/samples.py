@@ -16,7 +16,7 @@ import pandas as pd
 from .gains import MIN_PAIRS_FOR_A_CLAIM, ranked, ranked_without
 from .stats import BASELINE, ORACLE
 from .tables import fmt_gain, fmt_interval, fmt_position, missing
-from .verdict import gain_text
+from .verdict import gain_text, holm_sentence
 
 NOT_MEASURED = "not measured"
 WHERE = "`budget.eval_responses`"
@@ -106,4 +106,5 @@ def samples_sentence(frame: pd.DataFrame) -> str:
     oracle = frame[(frame["method"] == ORACLE) & on]
     if len(oracle):
         parts.append(f"oracle credit {gain_text(oracle.iloc[0], 'gain_samples')}")
-    return f"{head}: {'; '.join(parts)}."
+    holm = holm_sentence(frame[on], "gain_samples")  # the compute axis's correction, this axis
+    return f"{head}: {'; '.join(parts)}." + (f" {holm}" if holm else "")

@@ -27,6 +27,7 @@ from creditbench.leaderboard.claims import (
     judge_claim,
 )
 from creditbench.leaderboard.gains import gain
+from creditbench.leaderboard.samples import samples_sentence
 from creditbench.leaderboard.verdict import holm, holm_sentence, t_test_p
 from creditbench.reference.cards import AXES, CardError, Caveat, Claim, Sourced, load_card
 from creditbench.reference.cards import load_cards as shipped_cards
@@ -211,9 +212,9 @@ def test_the_t_test_p_value_is_recovered_from_the_t_interval():
     assert math.isnan(t_test_p({**row, "gain_auc_pairs": 1}))
 
 
-def rows_with_p(p_values: dict[str, float], pairs: int = 10) -> pd.DataFrame:
-    """Board rows behind GRPO by -0.01 whose t test gives each method's p-value (both intervals
-    the t interval); GRPO's own row first."""
+def rows_with_p(p_values: dict[str, float], pairs: int = 10, name="gain_auc") -> pd.DataFrame:
+    """Board rows behind GRPO by -0.01 in ``name`` whose t test gives each method's p-value
+    (both intervals the t interval); GRPO's own row first."""
     critical = student_t.ppf(0.975, pairs - 1)
     rows = [{"method": "grpo", "n_seeds": pairs}]
     for method, p in p_values.items():
@@ -221,10 +222,10 @@ def rows_with_p(p_values: dict[str, float], pairs: int = 10) -> pd.DataFrame:
         low, high = -0.01 - critical * error, -0.01 + critical * error
         rows.append(
             {
-                "method": method, "n_seeds": pairs, "gain_auc": -0.01, "gain_auc_pairs": pairs,
-                "gain_auc_low": low, "gain_auc_high": high, "gain_auc_t_low": low,
-                "gain_auc_t_high": high, "gain_auc_ahead": 0,
-                "gain_auc_separates": False, "gain_auc_reversed": high < 0,
+                "method": method, "n_seeds": pairs, name: -0.01, f"{name}_pairs": pairs,
+                f"{name}_low": low, f"{name}_high": high, f"{name}_t_low": low,
+                f"{name}_t_high": high, f"{name}_ahead": 0,
+                f"{name}_separates": False, f"{name}_reversed": high < 0,
             }
         )  # fmt: skip
     return pd.DataFrame(rows)
@@ -244,3 +245,14 @@ def test_the_holm_line_names_the_verdicts_that_do_not_survive():
     )
     # a row not told apart from GRPO joins the family but has no verdict to withdraw
     assert holm_sentence(rows_with_p({"a": 0.2})) == ""
+
+
+def test_the_equal_samples_axis_s_verdicts_get_their_holm_line_too():
+    frame = rows_with_p({"a": 0.005, "b": 0.03, "c": 0.04}, name="gain_samples")
+    frame["samples_mean"], frame["samples_horizon"] = 0.4, 256.0
+    sentence = samples_sentence(frame)
+    assert "behind it: a (" in sentence
+    assert sentence.endswith(
+        "1 of the 3 verdicts above survive (the nearest: a, adjusted 0.0150); these do not: "
+        "b (p 0.0300, adjusted 0.060), c (p 0.0400, adjusted 0.060)."
+    )

@@ -134,7 +134,7 @@ def test_a_suite_runs_named_variants_of_a_method(tmp_path):
     for text, message in [
         ("methods: [{name: a, method: nosuch}]", "unknown method 'nosuch'"),
         ("methods: [{name: A-b, method: grpo}]", "a variant's name is a-z"),
-        ("methods: [{name: a}]", "a variant is {name, method, options}"),
+        ("methods: [{name: a}]", "a variant is {name, method, options, settings}"),
         ("methods: [grpo, {name: grpo, method: grpo}]", "'grpo' is listed twice"),
         ("methods: [{name: a, method: grpo, options: [1]}]", "a.options must be a mapping"),
     ]:
@@ -341,3 +341,21 @@ def test_the_tuning_suite_is_the_standard_hard_setting_at_three_lrs_on_seeds_no_
     methods = {run.method for run in expand_suite(standard, standard_path)}
     assert {run.method for run in runs} == methods
     assert len(runs) == len(methods) * 3 * 2
+
+
+def test_a_variant_may_fix_config_fields_of_its_own_runs_and_they_win(tmp_path):
+    """A tuned board lists each method at its own lr: a variant's settings apply to its runs
+    only, over the suite's settings; a malformed one is refused naming the variant."""
+    suite = {
+        "methods": ["grpo", {"name": "gspo_tuned", "method": "gspo",
+                             "options": {"eps_low": 1e-3}, "settings": {"train.lr": 1.5e-4}}],
+        "seeds": [0],
+        "settings": {"train.lr": 5e-5, "eval.n_problems": 4},
+    }  # fmt: skip
+    runs = {run.entry: run_config(run, tmp_path) for run in expand_suite(suite, tmp_path)}
+    assert runs["grpo"].train.lr == 5e-5 and runs["gspo_tuned"].train.lr == 1.5e-4
+    assert runs["gspo_tuned"].method_options["eps_low"] == 1e-3
+    assert runs["gspo_tuned"].eval.n_problems == 4
+    suite["methods"][1]["settings"] = ["train.lr"]
+    with pytest.raises(SuiteError, match=r"gspo_tuned\.settings must map config fields"):
+        expand_suite(suite, tmp_path)

@@ -6,6 +6,9 @@ A suite is a YAML file in ``tools/suites/`` (or any path)::
     methods: all             # every registered method that is not a reference, or a list
                              # of names and named variants:
                              #   {name: dapo_oppo, method: oppo, options: {base: dapo}}
+                             # a variant may fix config fields of its own runs (they win over
+                             # the suite's and the task entry's settings):
+                             #   {name: gspo_tuned, method: gspo, settings: {train.lr: 1.5e-4}}
     references: [oracle]     # reference methods to add ("all": every one), default none
     method_options: {vineppo: {rollouts_per_state: 4}}   # options of a method wherever it
                              # runs (a variant's own options win)
@@ -150,12 +153,12 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
             f"{path}: method_options: a mapping of registered method names to option mappings"
         )
     entries = [
-        (name, method, {**defaults.get(method, {}), **options})
-        for name, method, options in (
+        (name, method, {**defaults.get(method, {}), **options}, settings)
+        for name, method, options, settings in (
             method_entry(item, registry, path) for item in [*methods, *references]
         )
     ]
-    names = [name for name, _, _ in entries]
+    names = [name for name, _, _, _ in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise SuiteError(f"{path}: methods: {twice[0]!r} is listed twice")
@@ -199,9 +202,9 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
             for point in task_grid:
                 parts = (task_spec["name"], tag, _slug(options), _slug(point))
                 label = "-".join(x for x in parts if x)
-                for entry, method, method_options in entries:
+                for entry, method, method_options, own in entries:
                     for seed in seeds:
-                        settings = {**task_fixed, **point, "task_options": options}
+                        settings = {**task_fixed, **point, **own, "task_options": options}
                         overrides = [f"{k}={json.dumps(v)}" for k, v in settings.items()]
                         overrides += [
                             f"method_options.{k}={json.dumps(v)}" for k, v in method_options.items()
@@ -227,20 +230,28 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
     return runs
 
 
-def method_entry(item: Any, registry: dict[str, Any], path: Path) -> tuple[str, str, dict]:
-    """(run name, registry name, method options) of a suite's method entry: a registry name,
-    or a named variant ``{name, method, options}``."""
+def method_entry(
+    item: Any, registry: dict[str, Any], path: Path
+) -> tuple[str, str, dict, dict]:
+    """(run name, registry name, method options, config settings) of a suite's method entry:
+    a registry name, or a named variant ``{name, method, options, settings}``."""
+    settings: Any = {}
     if isinstance(item, dict):
-        unknown = set(item) - {"name", "method", "options"}
+        unknown = set(item) - {"name", "method", "options", "settings"}
         if unknown or "name" not in item or "method" not in item:
             raise SuiteError(
-                f"{path}: methods: a variant is {{name, method, options}} (got {item!r})"
+                f"{path}: methods: a variant is {{name, method, options, settings}} (got {item!r})"
             )
         name, method, options = item["name"], item["method"], item.get("options") or {}
+        settings = item.get("settings") or {}
         if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
             raise SuiteError(f"{path}: methods: a variant's name is a-z, 0-9, _ (got {name!r})")
         if not isinstance(options, dict):
             raise SuiteError(f"{path}: methods: {name}.options must be a mapping")
+        if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
+            raise SuiteError(
+                f"{path}: methods: {name}.settings must map config fields (train.lr) to values"
+            )
     elif isinstance(item, str):
         name, method, options = item, item, {}
     else:
@@ -249,7 +260,7 @@ def method_entry(item: Any, registry: dict[str, Any], path: Path) -> tuple[str, 
         raise SuiteError(
             f"{path}: methods: unknown method {method!r}; known: {', '.join(registry)}"
         )
-    return name, method, dict(options)
+    return name, method, dict(options), dict(settings)
 
 
 def run_config(run: Run, results: Path):

@@ -1,0 +1,100 @@
+"""The tuning rule's choices (tools/campaign/tuning.py), on records made up by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from creditbench.tools.campaign.tuning import (
+    Config,
+    best,
+    read_aucs,
+    stage1_best,
+    stage2_configs,
+    stage2_suite,
+    tuning_table,
+)
+
+DEFAULTS = {"grpo": {"eps_low": 0.2}, "gspo": {"eps_low": 3e-4, "eps_high": 4e-4},
+            "sdpo": {"reprompt": "solution"}, "vineppo": {"rollouts_per_state": 4}}  # fmt: skip
+
+
+def row(method: str, lr: float, seed: int, auc: float, **options) -> dict:
+    config = {"method": method, "train": {"lr": lr},
+              "method_options": {**DEFAULTS[method], **options}}  # fmt: skip
+    return {"kind": "run", "seed": seed, "auc": auc, "config": json.dumps(config)}
+
+
+def table(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows)
+
+
+def stage1(method: str, aucs: dict[float, tuple[float, float]], **options) -> list[dict]:
+    return [row(method, lr, s, a, **options) for lr, pair in aucs.items()
+            for s, a in zip((22, 23), pair, strict=True)]  # fmt: skip
+
+
+def test_stage_one_picks_the_best_mean_and_breaks_ties_toward_todays_lr():
+    rows = stage1("grpo", {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36), 1.5e-4: (0.37, 0.38)})
+    rows += stage1("vineppo", {1.5e-5: (0.20, 0.20), 5e-5: (0.25, 0.25), 1.5e-4: (0.251, 0.252)})
+    aucs = read_aucs(table(rows), DEFAULTS)
+    assert stage1_best(aucs, "grpo") == Config("grpo", 1.5e-4)
+    # 0.2515 against 0.25: under the 0.002 tie, so today's 5e-5 (its suite's 4 continuations
+    # are today's options, not a change)
+    assert stage1_best(aucs, "vineppo") == Config("vineppo", 5e-5)
+    # seeds other than the tuning ones never count
+    aucs = read_aucs(table([*rows, row("grpo", 5e-5, 0, 0.99)]), DEFAULTS)
+    assert stage1_best(aucs, "grpo") == Config("grpo", 1.5e-4)
+
+
+def test_stage_one_waits_for_every_lr_at_both_seeds():
+    rows = stage1("grpo", {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36)}) + [row("grpo", 1.5e-4, 22, 0.4)]
+    with pytest.raises(ValueError, match="grpo: stage 1 at lr 0.00015 has 1 of 2 seeds"):
+        stage1_best(read_aucs(table(rows), DEFAULTS), "grpo")
+
+
+def test_stage_two_is_the_knobs_alternatives_or_a_quarter_decade_either_side():
+    rows = stage1("grpo", {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36), 1.5e-4: (0.31, 0.30)})
+    rows += stage1("gspo", {1.5e-5: (0.30, 0.30), 5e-5: (0.20, 0.20), 1.5e-4: (0.10, 0.10)})
+    rows += stage1("sdpo", {1.5e-5: (0.10, 0.10), 5e-5: (0.20, 0.20), 1.5e-4: (0.25, 0.26)})
+    aucs = read_aucs(table(rows), DEFAULTS)
+    grpo = stage2_configs("grpo", stage1_best(aucs, "grpo"), aucs)
+    assert [c.lr for c in grpo] == pytest.approx([5e-5 / 10**0.25, 5e-5 * 10**0.25])
+    gspo = stage2_configs("gspo", stage1_best(aucs, "gspo"), aucs)
+    assert {c.lr for c in gspo} == {1.5e-5}
+    assert [dict(c.options)["eps_low"] for c in gspo] == [1e-3, 3e-3]
+    # SDPO: its other prompt, and the lr refined toward its better stage-1 neighbour (5e-5 is
+    # below 1.5e-4, the best, and there is no point above it: so downward)
+    sdpo = stage2_configs("sdpo", stage1_best(aucs, "sdpo"), aucs)
+    assert dict(sdpo[0].options) == {"reprompt": "hint"} and sdpo[0].lr == 1.5e-4
+    assert sdpo[1].lr == pytest.approx(1.5e-4 / 10**0.25) and not sdpo[1].options
+
+
+def test_the_choice_is_the_best_of_five_with_ties_toward_fewer_changes():
+    today = Config("gspo", 5e-5)
+    knob = Config("gspo", 5e-5, (("eps_high", 1.33e-3), ("eps_low", 1e-3)))
+    assert best({today: [0.30, 0.30], knob: [0.301, 0.302]}) == today  # within the tie
+    assert best({today: [0.30, 0.30], knob: [0.31, 0.30]}) == knob
+
+
+def test_stage_two_suite_gives_each_configuration_its_lr_and_options(tmp_path):
+    from creditbench.tools.suite import expand_suite, load_suite, run_config, suite_path
+
+    configs = [Config("gspo", 1.5e-5, (("eps_high", 4e-3), ("eps_low", 3e-3))),
+               Config("grpo", 8.9e-5)]  # fmt: skip
+    suite = stage2_suite(load_suite(suite_path("tuning")), configs)
+    assert "grid" not in suite and suite["seeds"] == [22, 23]
+    runs = {run.entry: run_config(run, tmp_path) for run in expand_suite(suite, tmp_path)}
+    assert runs["gspo_stage2_1"].train.lr == 1.5e-5
+    assert runs["gspo_stage2_1"].method_options["eps_low"] == 3e-3
+    assert runs["grpo_stage2_1"].train.lr == 8.9e-5
+    assert runs["grpo_stage2_1"].rollout.group_size == 8  # the suite's settings kept
+
+
+def test_the_tuning_table_marks_the_chosen_configuration():
+    rows = stage1("grpo", {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36), 1.5e-4: (0.31, 0.30)})
+    text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"])
+    chosen = [line for line in text.splitlines() if "**yes**" in line]
+    assert chosen == ["| grpo | lr 5e-05 | 0.3500 | 0.3600 | 0.3550 | **yes** |"]

@@ -1,0 +1,214 @@
+"""The tuning rule's choices, made from the records (docs/testbed.md, "The tuning rule").
+
+    python -m creditbench.tools.campaign.tuning stage2 RECORDS --out tools/suites/tuning-stage2.yaml
+    python -m creditbench.tools.campaign.tuning table RECORDS --out RECORDS/tuning.md
+
+Stage 1 ran every method at three lrs (``tools/suites/tuning.yaml``) on the tuning seeds; its
+best lr is the highest mean AUC over the seeds, a difference under :data:`TIE` resolved toward
+today's lr. Stage 2 adds two configurations a method at that lr (:func:`stage2_configs`): a
+scale- or budget-tied knob's two alternatives (:data:`KNOB_ALTERNATIVES`), or the lr refined a
+quarter-decade either side. The chosen configuration is the best of a method's five, ties
+resolved toward fewer changes from today's. A configuration is read from each run's own config
+(its lr and method options), never from its name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+TUNING_SEEDS = (22, 23)
+STAGE1_LRS = (1.5e-5, 5e-5, 1.5e-4)
+TODAY_LR = 5e-5  # the standard suite's lr: ties go toward it
+TIE = 0.002  # a mean-AUC difference under this is a tie
+REFINE = 10**0.25  # stage 2's lr refinement, a quarter-decade
+
+# The knob alternatives the rule's table gives (docs/testbed.md, "The tuning rule"); SDPO's one
+# alternative prompt leaves its second stage-2 configuration to the lr (see stage2_configs)
+SEQUENCE_CLIPS = [{"eps_low": 1e-3, "eps_high": 1.33e-3}, {"eps_low": 3e-3, "eps_high": 4e-3}]
+KNOB_ALTERNATIVES: dict[str, list[dict[str, Any]]] = {
+    "gspo": SEQUENCE_CLIPS,
+    "ccpo": SEQUENCE_CLIPS,
+    "prime": [{"beta": 0.017}, {"beta": 0.15}],
+    "vineppo": [{"rollouts_per_state": 2}, {"rollouts_per_state": 8}],
+    "spo": [{"rollouts_per_state": 2}, {"rollouts_per_state": 4}],
+    "pppo": [{"continuations": 4}, {"continuations": 16}],
+    "int": [{"continuations": 2}, {"continuations": 8}],
+    "sdpo": [{"reprompt": "hint"}],
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One tuning configuration of a method: its lr and the options it changes."""
+
+    method: str
+    lr: float
+    options: tuple[tuple[str, Any], ...] = field(default=())
+
+    def changes(self) -> int:
+        """How far from today's: options changed, plus one when the lr is not today's."""
+        return len(self.options) + (not math.isclose(self.lr, TODAY_LR))
+
+    def label(self) -> str:
+        knobs = ", ".join(f"{k}={v}" for k, v in self.options)
+        return f"lr {self.lr:.3g}" + (f", {knobs}" if knobs else "")
+
+
+def read_aucs(table, defaults: dict[str, dict[str, Any]]) -> dict[Config, list[float]]:
+    """``{configuration: [AUC of each tuning seed]}`` from a records table (``runs.csv``'s
+    ``kind == "run"`` rows: ``seed``, ``auc``, ``config`` as JSON). ``defaults``: each method's
+    default options, so that a configuration names only the options it changes."""
+    out: dict[Config, list[float]] = {}
+    for _, row in table[table["kind"] == "run"].iterrows():
+        if int(row["seed"]) not in TUNING_SEEDS or row["auc"] != row["auc"]:  # NaN: no AUC
+            continue
+        config = json.loads(row["config"])
+        method = config["method"]
+        default = defaults.get(method, {})
+        changed = tuple(
+            sorted(
+                (k, v)
+                for k, v in config.get("method_options", {}).items()
+                if default.get(k, v) != v
+            )
+        )
+        key = Config(method, float(config["train"]["lr"]), changed)
+        out.setdefault(key, []).append(float(row["auc"]))
+    return out
+
+
+def best(configs: dict[Config, list[float]]) -> Config:
+    """The highest mean AUC; a difference under :data:`TIE` goes to fewer changes from today's,
+    then to the lr nearer today's (on a log scale)."""
+    means = {c: statistics.mean(v) for c, v in configs.items()}
+    top = max(means.values())
+    tied = [c for c, m in means.items() if top - m < TIE]
+    return min(tied, key=lambda c: (c.changes(), abs(math.log(c.lr / TODAY_LR)), -means[c]))
+
+
+def stage1_best(aucs: dict[Config, list[float]], method: str) -> Config:
+    """A method's stage-1 choice among its three lrs at today's knobs, once both seeds of every
+    lr are in (ValueError naming what is missing otherwise)."""
+    stage1 = {c: v for c, v in aucs.items() if c.method == method and not c.options}
+    for lr in STAGE1_LRS:
+        runs = next((v for c, v in stage1.items() if math.isclose(c.lr, lr)), [])
+        if len(runs) < len(TUNING_SEEDS):
+            raise ValueError(f"{method}: stage 1 at lr {lr:g} has {len(runs)} of 2 seeds")
+    return best({c: v for c, v in stage1.items() if any(math.isclose(c.lr, x) for x in STAGE1_LRS)})
+
+
+def stage2_configs(method: str, chosen: Config, aucs: dict[Config, list[float]]) -> list[Config]:
+    """The two stage-2 configurations of ``method`` at its stage-1 lr."""
+    knobs = KNOB_ALTERNATIVES.get(method, [])
+    out = [Config(method, chosen.lr, tuple(sorted(k.items()))) for k in knobs]
+    if len(out) == 2:
+        return out
+    if not out:  # no knob: the lr a quarter-decade either side
+        return [Config(method, chosen.lr / REFINE), Config(method, chosen.lr * REFINE)]
+    # one alternative (SDPO's prompt): the lr refined toward the better stage-1 neighbour
+    means = {
+        c.lr: statistics.mean(v) for c, v in aucs.items() if c.method == method and not c.options
+    }
+    lower = [lr for lr in means if lr < chosen.lr * 0.99]
+    upper = [lr for lr in means if lr > chosen.lr * 1.01]
+    below = means[max(lower)] if lower else -math.inf
+    above = means[min(upper)] if upper else -math.inf
+    refined = chosen.lr * REFINE if above > below else chosen.lr / REFINE
+    return [*out, Config(method, refined)]
+
+
+def stage2_suite(stage1_suite: dict[str, Any], configs: list[Config]) -> dict[str, Any]:
+    """Stage 2 as a suite: stage 1's settings, no lr grid, one variant a configuration (its
+    options and its lr), the references' among them."""
+    suite = {k: v for k, v in stage1_suite.items() if k not in ("grid", "methods", "references")}
+    suite["description"] = (
+        "Stage 2 of the tuning rule (docs/testbed.md): two configurations a method at its "
+        "stage-1 lr, written from stage 1's records by tools/campaign/tuning.py."
+    )
+    variants = []
+    for config in configs:
+        index = sum(1 for v in variants if v["method"] == config.method) + 1
+        entry: dict[str, Any] = {"name": f"{config.method}_stage2_{index}", "method": config.method}
+        if config.options:
+            entry["options"] = dict(config.options)
+        entry["settings"] = {"train.lr": float(f"{config.lr:.4g}")}
+        variants.append(entry)
+    suite["methods"], suite["references"] = variants, []
+    return suite
+
+
+def tuning_table(aucs: dict[Config, list[float]], methods: list[str]) -> str:
+    """The tuning table: each method's configurations with their seeds' AUC and mean, and the
+    one the rule chooses (a method still missing runs says what it waits for)."""
+    lines = [
+        "| method | configuration | AUC, seed 22 | seed 23 | mean | chosen |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method in methods:
+        mine = {c: v for c, v in aucs.items() if c.method == method}
+        chosen = (
+            best(mine) if mine and all(len(v) == len(TUNING_SEEDS) for v in mine.values()) else None
+        )
+        for config in sorted(mine, key=lambda c: (c.options, c.lr)):
+            values = mine[config] + [math.nan] * (len(TUNING_SEEDS) - len(mine[config]))
+            mark = "**yes**" if config == chosen else ""
+            cells = " | ".join(f"{v:.4f}" for v in values)
+            mean = statistics.mean(mine[config])
+            lines.append(f"| {method} | {config.label()} | {cells} | {mean:.4f} | {mark} |")
+    return "\n".join(lines) + "\n"
+
+
+def today_options(suite: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each registered method's options as today's runs use them: its defaults under the suite's
+    ``method_options`` (VinePPO's 4 continuations): what a configuration changes is read
+    against these."""
+    from dataclasses import asdict
+
+    from creditbench.harness.config import build_method_config
+    from creditbench.methods.registry import list_methods
+
+    overrides = suite.get("method_options") or {}
+    return {
+        name: {**asdict(build_method_config(cls, {})), **overrides.get(name, {})}
+        for name, cls in list_methods().items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import yaml
+
+    from creditbench.harness.records.files import atomic_write_text
+    from creditbench.leaderboard.collect import collect_runs
+    from creditbench.tools.suite import load_suite, suite_path
+
+    parser = argparse.ArgumentParser(prog="python -m creditbench.tools.campaign.tuning")
+    parser.add_argument("action", choices=("stage2", "table"))
+    parser.add_argument("records", help="the tuning runs' records folder (docs/results/tuning)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    stage1_suite = load_suite(suite_path("tuning"))
+    table, _ = collect_runs([args.records])
+    aucs = read_aucs(table, today_options(stage1_suite))
+    methods = sorted({c.method for c in aucs})
+    if args.action == "table":
+        atomic_write_text(args.out, tuning_table(aucs, methods))
+        return 0
+    try:
+        chosen = {m: stage1_best(aucs, m) for m in methods}
+    except ValueError as err:
+        print(f"tuning: stage 1 is not complete: {err}", file=sys.stderr)
+        return 2
+    configs = [c for m in methods for c in stage2_configs(m, chosen[m], aucs)]
+    suite = stage2_suite(stage1_suite, configs)
+    atomic_write_text(args.out, yaml.safe_dump(suite, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

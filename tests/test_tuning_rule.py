@@ -50,7 +50,8 @@ def test_stage_one_picks_the_best_mean_and_breaks_ties_toward_todays_lr():
 
 
 def test_stage_one_waits_for_every_lr_at_both_seeds():
-    rows = stage1("grpo", {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36)}) + [row("grpo", 1.5e-4, 22, 0.4)]
+    rows = stage1("grpo", {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36)})
+    rows.append(row("grpo", 1.5e-4, 22, 0.4))
     with pytest.raises(ValueError, match="grpo: stage 1 at lr 0.00015 has 1 of 2 seeds"):
         stage1_best(read_aucs(table(rows), DEFAULTS), "grpo")
 

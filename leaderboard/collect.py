@@ -25,7 +25,11 @@ The table (a pandas DataFrame) has three kinds of rows, told apart by ``kind``:
   whole budget: :func:`~creditbench.harness.records.files.budget_auc`; and
   ``final_<metric>``, ``auc_<metric>`` for each accuracy metric every evaluation has), the
   means of the step-level diagnostics (``credit_precision``, ``credit_auroc``, ``entropy``, ...)
-  plus the filler entropy at the first and last logged step and its drift (last - first).
+  plus the filler entropy at the first and last logged step and its drift (last - first); and
+  the run's totals of the counters its step records carry cumulated: ``flops_total`` (the
+  charged FLOPs) and, for a reference method, ``reference_flops``,
+  ``reference_generated_tokens`` and ``reference_forward_tokens`` (its passes counted and not
+  charged, :data:`RUN_TOTALS`).
 
 Every row carries ``run`` (the folder relative to the results directory), ``method``, ``task``,
 ``options`` (the task options as ``key=value``, ``default`` when none), ``setting`` (the config
@@ -97,6 +101,9 @@ NOT_A_DIAGNOSTIC = {
     "optimizer_steps",
     "responses",
 }
+# Counters a reference method's step records carry cumulated over the run, as ``flops``: the
+# passes counted and not charged (the oracle's values). A run's row holds its total, the last.
+RUN_TOTALS = ("reference_flops", "reference_generated_tokens", "reference_forward_tokens")
 EVAL_METRICS = ("sampled_accuracy", "greedy_accuracy", "pass_at_k", "mean_length")
 
 
@@ -327,10 +334,14 @@ def _run_rows(rel: str, records: RunRecords) -> list[dict]:
     flops = [float(r["flops"]) for r in steps if _finite(r.get("flops"))]
     if flops:
         run_row["flops_total"] = max(flops)  # the meter's count, cumulative over the run
+    for key in RUN_TOTALS:
+        counts = [float(r[key]) for r in steps if _finite(r.get(key))]
+        if counts:
+            run_row[key] = max(counts)
     values: dict[str, list[float]] = {}
     for record in steps:
         for key, value in record.items():
-            if key not in NOT_A_DIAGNOSTIC and _finite(value):
+            if key not in NOT_A_DIAGNOSTIC and key not in RUN_TOTALS and _finite(value):
                 values.setdefault(key, []).append(float(value))
     for key, series in values.items():
         run_row[key] = sum(series) / len(series)

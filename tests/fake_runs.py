@@ -37,6 +37,7 @@ def make_run(
     eval_spent=None,
     responses=None,
     eval_counts=(),
+    reference_flops=None,
     **sections,
 ):
     """A run as the trainer writes it; ``sections`` update config sections (rollout={...});
@@ -45,7 +46,9 @@ def make_run(
     ``eval_spent`` the budget spent at each evaluation (its ``budget_fraction``; none recorded
     by default, as in records older than the field); ``responses`` the responses each step
     trains on (none recorded by default), and ``eval_counts`` the evaluations at counts of
-    trained responses, ``(count, step)`` pairs, each with the accuracy of its step."""
+    trained responses, ``(count, step)`` pairs, each with the accuracy of its step;
+    ``reference_flops`` the uncharged FLOPs each step adds (a reference method's value passes),
+    recorded cumulated as the trainer does."""
     length = {} if eval_length is None else {"mean_length": eval_length}
     config = to_dict(RunConfig(method=method, seed=seed, task=task, task_options={"steps": steps}))
     config.update(run_name=name, output_dir=str(root))
@@ -86,6 +89,7 @@ def make_run(
                 "credit_auroc": CREDIT_AUROC.get(method, 0.55),
                 "credit_chance": 0.1,
                 **({} if responses is None else {"responses": responses}),
+                **({} if reference_flops is None else {"reference_flops": reference_flops * step}),
                 "time": {"step": step_seconds[step - 1]},
             }
         )

@@ -27,7 +27,9 @@ for everything read against GRPO):
   time less their evaluations over their steps), each over GRPO's;
 - the credit diagnostics and the filler entropy drift, means with bootstrap intervals.
 
-And per setting, method and budget fraction, the mean accuracy curve with its interval.
+And per setting, method and budget fraction, the mean accuracy curve with its interval; and per
+oracle run, what its uncharged value passes would cost and where a charged oracle would sit
+(:func:`.oracle_price.charged_oracle`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import pandas as pd
 
 from .collect import SAMPLES_EVAL
 from .gains import ONLINE_COLUMN, gain, paired_gaps, ranked, scale_position
+from .oracle_price import charged_oracle
 from .stats import (
     BASELINE,
     DIAGNOSTICS,
@@ -93,7 +96,7 @@ def _cost_ratios(group: pd.DataFrame, rows: dict[str, dict]) -> None:
 
 
 def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[str, pd.DataFrame]:
-    """``{"methods": ..., "curves": ...}``: the rows of the module doc."""
+    """``{"methods": ..., "curves": ..., "oracle_price": ...}``: the rows of the module doc."""
     runs = table[table["kind"] == "run"]
     evals = table[table["kind"] == "eval"]
     samples = table[table["kind"] == SAMPLES_EVAL]
@@ -166,4 +169,8 @@ def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[s
                     n=iv.n,
                 )
             )
-    return {"methods": pd.DataFrame(method_rows), "curves": pd.DataFrame(curve_rows)}
+    return {
+        "methods": pd.DataFrame(method_rows),
+        "curves": pd.DataFrame(curve_rows),
+        "oracle_price": charged_oracle(table),
+    }

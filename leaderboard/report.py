@@ -2,7 +2,8 @@
 
 ``render(results_dir)`` writes into ``results_dir`` (or ``out_dir``):
 
-- ``leaderboard.md``: per setting the verdict in a sentence or two (:mod:`.verdict`), the gain
+- ``leaderboard.md``: per setting the verdict in a sentence or two (:mod:`.verdict`) and the
+  oracle's price (:mod:`.oracle_price`: what a charged oracle would score), the gain
   over GRPO as a forest plot, the accuracy table sorted by the AUC gain (:mod:`.tables`), the
   equal-samples axis (:mod:`.samples`: a sentence, and its table where it is measured), the
   curves of GRPO, oracle credit, the best and the worst method, every method in a small panel
@@ -42,6 +43,7 @@ from creditbench.harness.records.files import RunFormatError, atomic_write_bytes
 from . import plots
 from .board import summarize
 from .collect import collect_runs, manifest_folders, suite_coverage, suite_names
+from .oracle_price import price_sentence
 from .papers import reported_results
 from .samples import samples_sentence, samples_table
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups
@@ -174,6 +176,8 @@ def build_blocks(
         metric = frame["accuracy_metric"].iloc[0]
         blocks.append(("h2", plots.group_title(key)))
         blocks.append(("p", setting_verdict(frame)))
+        if price := price_sentence(stats.get("oracle_price", pd.DataFrame()), frame):
+            blocks.append(("p", price))
         if f"gain_forest-{name}" in figures:
             blocks.append(("img", f"gain_forest-{name}", f"Gain over GRPO per method{forest}"))
         blocks.append(("table", *accuracy_table(frame)))

@@ -27,7 +27,7 @@ compute. Per oracle run:
   start, its linear curve is a single chord and the two readings lie far apart.
 - **samples axis**: unchanged. The passes train on no response and change no step, so at a
   count of trained responses a charged oracle is the uncharged one, as long as it reaches the
-  count: it trains ``responses`` responses before its budget ends (read on the same curve),
+  count: it trains ``charged_responses`` before its budget ends (read on the same curve),
   which the sentence compares with the fewest any run of the setting trains, the count that
   bounds the axis's horizon already.
 """

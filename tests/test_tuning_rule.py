@@ -94,8 +94,18 @@ def test_stage_two_suite_gives_each_configuration_its_lr_and_options(tmp_path):
     assert runs["grpo_stage2_1"].rollout.group_size == 8  # the suite's settings kept
 
 
-def test_the_tuning_table_marks_the_chosen_configuration():
-    rows = stage1("grpo", {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36), 1.5e-4: (0.31, 0.30)})
+def test_the_tuning_table_marks_a_choice_only_once_its_runs_are_in():
+    rows = stage1("grpo", {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36)})
     text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"])
-    chosen = [line for line in text.splitlines() if "**yes**" in line]
-    assert chosen == ["| grpo | lr 5e-05 | 0.3500 | 0.3600 | 0.3550 | **yes** |"]
+    assert "stage 1's best" not in text and "chosen" not in text  # 1.5e-4 not in yet
+    rows += stage1("grpo", {1.5e-4: (0.31, 0.30)})
+    text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"])
+    marked = [line for line in text.splitlines() if line.endswith("best |")]
+    assert marked == ["| grpo | lr 5e-05 | 0.3500 | 0.3600 | 0.3550 | stage 1's best |"]
+    refined = [5e-5 / 10**0.25, 5e-5 * 10**0.25]
+    rows += [row("grpo", lr, s, 0.37) for lr in refined for s in (22, 23)]
+    text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"])
+    chosen = [line for line in text.splitlines() if "**chosen**" in line]
+    # both refinements at 0.37: a tie, the nearer lr on a log scale is either; fewer changes
+    # do not separate them (both change the lr), so the first by the tie-break order wins
+    assert len(chosen) == 1 and "0.3700" in chosen[0]

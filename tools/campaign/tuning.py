@@ -144,23 +144,34 @@ def stage2_suite(stage1_suite: dict[str, Any], configs: list[Config]) -> dict[st
 
 
 def tuning_table(aucs: dict[Config, list[float]], methods: list[str]) -> str:
-    """The tuning table: each method's configurations with their seeds' AUC and mean, and the
-    one the rule chooses (a method still missing runs says what it waits for)."""
+    """The tuning table: each method's configurations with their seeds' AUC and mean. A method
+    whose five configurations are all in at both seeds has its **chosen** one marked; one whose
+    stage 1 is in, its stage-1 best ("stage 1"); until then, no mark."""
     lines = [
-        "| method | configuration | AUC, seed 22 | seed 23 | mean | chosen |",
+        "| method | configuration | AUC, seed 22 | seed 23 | mean | the rule |",
         "|---|---|---|---|---|---|",
     ]
     for method in methods:
         mine = {c: v for c, v in aucs.items() if c.method == method}
-        chosen = (
-            best(mine) if mine and all(len(v) == len(TUNING_SEEDS) for v in mine.values()) else None
-        )
+        complete = {c: v for c, v in mine.items() if len(v) == len(TUNING_SEEDS)}
+        marks: dict[Config, str] = {}
+        try:
+            first = stage1_best(aucs, method)
+        except ValueError:
+            pass
+        else:
+            second = stage2_configs(method, first, aucs)
+            if all(c in complete for c in second):
+                marks[best({c: complete[c] for c in [first, *second]})] = "**chosen**"
+            else:
+                marks[first] = "stage 1's best"
         for config in sorted(mine, key=lambda c: (c.options, c.lr)):
             values = mine[config] + [math.nan] * (len(TUNING_SEEDS) - len(mine[config]))
-            mark = "**yes**" if config == chosen else ""
             cells = " | ".join(f"{v:.4f}" for v in values)
             mean = statistics.mean(mine[config])
-            lines.append(f"| {method} | {config.label()} | {cells} | {mean:.4f} | {mark} |")
+            lines.append(
+                f"| {method} | {config.label()} | {cells} | {mean:.4f} | {marks.get(config, '')} |"
+            )
     return "\n".join(lines) + "\n"
 
 

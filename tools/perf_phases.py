@@ -124,10 +124,6 @@ def run_phases(overrides: list[str], repeats: int = 3) -> int:
     return 0
 
 
-def ev_fractions(trainer) -> list[float]:
-    return list(trainer.config.budget.eval_fractions)
-
-
 def later_point_evaluation(trainer) -> dict[str, Any]:
     """One evaluation with the run's settings, as at a later budget fraction."""
     from creditbench.harness.training.evaluation import evaluate, evaluation_settings
@@ -188,7 +184,7 @@ def print_projection(trainers, projected, wall, repeats: int) -> None:
         ev = trainer.config.eval
         print(
             f"{name:<6} ({PATHS[name]}): {ev.n_problems} problems x {ev.k_samples} samples a "
-            f"point at {len(ev_fractions(trainer))} budget fractions"
+            f"point at {len(trainer.config.budget.eval_fractions)} budget fractions"
         )
     print(
         f"\none hard-setting run (GRPO, seed 0), core-seconds (CPU time; median of {repeats} "

@@ -462,3 +462,17 @@ def test_offsets_from_prefixes_when_pieces_do_not_add_up() -> None:
     offsets = token_char_offsets(tokenizer, list(range(len(tokenizer.pieces))))
     assert offsets == [(i, min(i + 2, len(text))) for i in range(0, len(text), 2)]
     assert spans_to_token_mask(offsets, [(3, 5), (11, 11)]) == [0, 1, 1] + [0] * (len(offsets) - 3)
+
+
+def test_a_mix_naming_a_variant_without_sft_examples_is_refused():
+    """SDPO's teacher prompt (`solution_hint`) has no SFT example of its own: a base mix naming it
+    once trained silently on the solver's plan shown as "a correct solution"."""
+    import random
+
+    from creditbench.harness.tasks import get_task
+
+    task = get_task("chain", steps=2)
+    with pytest.raises(ValueError, match=r"unknown: \['solution_hint'\]"):
+        task.sft_example(random.Random(0), {"solve": 1.0, "solution_hint": 0.1})
+    prompt, _ = task.sft_example(random.Random(0), {"solver": 1.0})  # the plan branch's own kind
+    assert prompt

@@ -73,6 +73,11 @@ WEAK_OPS = ("add", "sub", "mul", "mod", "none")
 
 # Default share of each kind of SFT example: mostly plain solutions, and enough of every prompt
 # variant that the oracle hint, the rewrites, localisation, repair and the roles mean something.
+# The prompt variants sft_example makes examples of. `solution_hint` (SDPO's teacher prompt) has
+# none yet: a mix naming it is refused, where it once fell through to the solver's plan branch
+# and trained on a plan shown as "a correct solution"
+SFT_KINDS = tuple(v for v in PROMPT_VARIANTS if v != "solution_hint")
+
 SFT_MIX = {
     "solve": 0.60,
     "oracle_hint": 0.06,
@@ -377,10 +382,11 @@ class ChainTask(TaskBase):
         a fresh problem that is not in the eval split. ``mix`` weighs the kinds of example
         (keys: ``"solve"`` and :data:`PROMPT_VARIANTS`; default :data:`SFT_MIX`)."""
         mix = SFT_MIX if mix is None else mix
-        unknown = set(mix) - {"solve", *PROMPT_VARIANTS}
+        unknown = set(mix) - {"solve", *SFT_KINDS}
         if unknown or not mix or min(mix.values()) < 0 or sum(mix.values()) <= 0:
-            raise ValueError(f"mix: keys must be solve or a prompt variant with weights >= 0 "
-                             f"summing to > 0 (unknown: {sorted(unknown)})")  # fmt: skip
+            raise ValueError(f"mix: keys must be solve or a prompt variant this task makes "
+                             f"examples of ({', '.join(SFT_KINDS)}), with weights >= 0 summing "
+                             f"to > 0 (unknown: {sorted(unknown)})")  # fmt: skip
         kind = rng.choices(list(mix), weights=list(mix.values()))[0]
         problem = self._fresh_problem(rng)
         if kind in ("solve", "solo") or kind.startswith("rewrite_"):
@@ -403,6 +409,7 @@ class ChainTask(TaskBase):
         plan = plan_text(split_ks)
         if kind == "thinker":
             return self.variant(problem, kind), plan
+        assert kind == "solver", kind  # SFT_KINDS lists no other
         return self.variant(problem, kind, hint=plan), self.sample_solution(
             problem, rng, split_ks=set(split_ks)
         )

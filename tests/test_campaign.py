@@ -275,3 +275,25 @@ def test_a_campaign_runs_is_killed_resumes_and_syncs(tmp_path, clone, head, caps
         env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert "phase 1: tiny seeds 0-1: 2 runs, 0 left" in dry.stdout, dry.stdout + dry.stderr
+
+
+def test_the_tuning_plans_sync_renders_the_tuning_table(monkeypatch, tmp_path) -> None:
+    """The tuning campaign's --sync writes the tuning rule's table beside its records (the plan's
+    `pages: {tuning: ...}`), by the rule's own script, after the board."""
+    from creditbench.tools.campaign import sync
+
+    plan = load_plan(plan_path("tuning"))
+    assert plan.pages["tuning"].name == "tuning.md"
+    assert plan.pages["tuning"].parent == plan.board
+    commands = []
+
+    def recorded(command, **kwargs):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(sync.subprocess, "run", recorded)
+    sync._render(plan)
+    rendered = [" ".join(c[1:4]) for c in commands]
+    assert rendered[0] == "-m creditbench.tools.cli.main leaderboard"
+    assert rendered[-1] == "-m creditbench.tools.campaign.tuning table"
+    assert commands[-1][-2:] == ["--out", "docs/results/tuning/tuning.md"]

@@ -37,7 +37,7 @@ from creditbench.tools.campaign.worktrees import REPOSITORY, CheckoutError, reso
 
 PLAN_KEYS = ("description", "suite", "methods", "records", "pages", "pins", "phases")
 RECORDS_KEYS = ("board", "claims_rows")
-PAGES_KEYS = ("claims", "home")
+PAGES_KEYS = ("claims", "home", "tuning")
 BENCH_PHASE_KEYS = ("setting", "seeds", "methods", "rule")
 RULES = ("easy-seeds",)  # docs/testbed.md, "The easy setting's seeds 5-9" (easy_seeds.py)
 FULL_COMMIT = re.compile(r"[0-9a-f]{40}")

@@ -148,6 +148,12 @@ def tuning_table(aucs: dict[Config, list[float]], methods: list[str]) -> str:
     whose five configurations are all in at both seeds has its **chosen** one marked; one whose
     stage 1 is in, its stage-1 best ("stage 1"); until then, no mark."""
     lines = [
+        "# The tuning table",
+        "",
+        "Each method's tuning configurations with their AUC over the FLOP budget on the tuning "
+        "seeds (the [tuning rule](../../testbed.md#the-tuning-rule-every-method-tuned-alike-"
+        "written-before-its-runs)); written from the records by `tools/campaign/tuning.py`.",
+        "",
         "| method | configuration | AUC, seed 22 | seed 23 | mean | the rule |",
         "|---|---|---|---|---|---|",
     ]

@@ -36,6 +36,11 @@ Deviations:
     - A group of one gets baseline 0 (its advantage is its reward), as in verl.
     - verl's vanilla loss always applies a dual clip (c = 3); it is off here, as GRPO's, so the
       two differ by the baseline alone (``dual_clip=3`` matches verl).
+    - ``weighting="uniform"`` (ours, an ablation; default ``"path_variance"``, the method): W_t = 1
+      for every running response, so B_t is the plain mean return of the group's responses
+      still running at t. It keeps everything else of OTB (no std division, token-mean, the zero
+      tail) and leaves out the path-variance weights, so a row run with it tells how much of
+      OTB's gain is its weights and how much the rest.
 """
 
 from __future__ import annotations
@@ -100,27 +105,37 @@ def otb_advantages(
     *,
     zero_tail: bool = True,
     eps: float = 1e-8,
+    uniform: bool = False,
 ) -> Tensor:
     """``[B, T]`` ``A_t = R - B_t`` on the response tokens: ``rewards`` ``[B]``, the
-    behaviour log-probs and Σπ² ``[B, T]``, the mask ``[B, T]``, ``group_ids`` ``[B]``."""
+    behaviour log-probs and Σπ² ``[B, T]``, the mask ``[B, T]``, ``group_ids`` ``[B]``.
+    ``uniform``: W_t = 1 (the ablation without the path-variance weights)."""
     mask = response_mask.to(torch.float64)
     returns = rewards.to(torch.float64).unsqueeze(-1) * mask  # an outcome reward: G_t = R
-    proxy = logit_gradient_proxy(old_logprobs.double(), sum_pi_squared.double(), mask)
-    weights = proxy.cumsum(-1)  # W_t: the path variance up to and with position t
+    if uniform:
+        weights = torch.ones_like(mask)
+    else:
+        proxy = logit_gradient_proxy(old_logprobs.double(), sum_pi_squared.double(), mask)
+        weights = proxy.cumsum(-1)  # W_t: the path variance up to and with position t
     baselines = optimal_token_baselines(
         returns, weights, mask, group_ids, zero_tail=zero_tail, eps=eps
     )
     return ((returns - baselines) * mask).to(response_mask.dtype)
 
 
+WEIGHTINGS = ("path_variance", "uniform")
+
+
 @dataclass
 class OTBConfig(LossConfig):
     """OTB's settings: ``zero_tail`` (no baseline on a group's only longest response past its
-    second-longest; verl's default) and ``eps`` (added to the denominator of B_t; verl's
-    1e-8). Loss fields: `LossConfig`'s defaults (ε 0.2, token-mean, no KL), verl's actor's."""
+    second-longest; verl's default), ``eps`` (added to the denominator of B_t; verl's 1e-8)
+    and ``weighting`` (``path_variance``, the method; ``uniform``, the ablation without its
+    weights). Loss fields: `LossConfig`'s defaults (ε 0.2, token-mean, no KL), verl's actor's."""
 
     zero_tail: bool = True
     eps: float = 1e-8
+    weighting: str = "path_variance"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -129,6 +144,11 @@ class OTBConfig(LossConfig):
             [
                 ("zero_tail", isinstance(self.zero_tail, bool), "must be true or false"),
                 ("eps", self.eps > 0.0, "must be > 0"),
+                (
+                    "weighting",
+                    self.weighting in WEIGHTINGS,
+                    f"must be one of {', '.join(WEIGHTINGS)}",
+                ),
             ],
         )
 
@@ -154,4 +174,5 @@ class OTB(CreditMethod):
             batch.extra(BEHAVIOUR_SUM_PI_SQUARED),
             zero_tail=self.config.zero_tail,
             eps=self.config.eps,
+            uniform=self.config.weighting == "uniform",
         )

@@ -193,3 +193,33 @@ def test_otb_advantages_keeps_the_mask_dtype():
         batch.extra(BEHAVIOUR_SUM_PI_SQUARED),
     )  # fmt: skip
     assert adv.dtype == batch.response_mask.dtype
+
+
+@given(batch=otb_batches, zero_tail=st.booleans())
+def test_uniform_weighting_is_the_plain_mean_of_the_running_returns(batch, zero_tail):
+    """The ablation without OTB's weights: B_t is the mean reward of the group's responses still
+    running at t (the zero tail as OTB's), whatever the behaviour statistics say."""
+    got = OTB(zero_tail=zero_tail, weighting="uniform").advantages(batch)
+    mask = batch.response_mask.double()
+    lengths = [int(n) for n in mask.sum(-1).tolist()]
+    expected = torch.zeros_like(mask)
+    for group in set(batch.group_ids.tolist()):
+        rows = [i for i, g in enumerate(batch.group_ids.tolist()) if g == group]
+        ordered = sorted(lengths[i] for i in rows)
+        for i in rows:
+            for t in range(lengths[i]):
+                running = [j for j in rows if t < lengths[j]]
+                alone = len(rows) == 1 or (
+                    zero_tail and lengths[i] == ordered[-1] > ordered[-2] and t >= ordered[-2]
+                )
+                if alone:
+                    baseline = 0.0
+                else:
+                    baseline = sum(float(batch.rewards[j]) for j in running) / len(running)
+                expected[i, t] = float(batch.rewards[i]) - baseline
+    torch.testing.assert_close(got.double(), expected, atol=1e-6, rtol=1e-6)
+
+
+def test_uniform_weighting_is_refused_under_another_name():
+    with pytest.raises(ValueError, match="weighting: must be one of path_variance, uniform"):
+        OTBConfig(weighting="flat")

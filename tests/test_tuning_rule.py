@@ -62,7 +62,7 @@ def test_stage_two_is_the_knobs_alternatives_or_a_quarter_decade_either_side():
     rows += stage1("sdpo", {1.5e-5: (0.10, 0.10), 5e-5: (0.20, 0.20), 1.5e-4: (0.25, 0.26)})
     aucs = read_aucs(table(rows), DEFAULTS)
     grpo = stage2_configs("grpo", stage1_best(aucs, "grpo"), aucs)
-    assert [c.lr for c in grpo] == pytest.approx([5e-5 / 10**0.25, 5e-5 * 10**0.25])
+    assert [c.lr for c in grpo] == pytest.approx([5e-5 / 10**0.25, 5e-5 * 10**0.25], rel=1e-3)
     gspo = stage2_configs("gspo", stage1_best(aucs, "gspo"), aucs)
     assert {c.lr for c in gspo} == {1.5e-5}
     assert [dict(c.options)["eps_low"] for c in gspo] == [1e-3, 3e-3]
@@ -70,7 +70,7 @@ def test_stage_two_is_the_knobs_alternatives_or_a_quarter_decade_either_side():
     # below 1.5e-4, the best, and there is no point above it: so downward)
     sdpo = stage2_configs("sdpo", stage1_best(aucs, "sdpo"), aucs)
     assert dict(sdpo[0].options) == {"reprompt": "hint"} and sdpo[0].lr == 1.5e-4
-    assert sdpo[1].lr == pytest.approx(1.5e-4 / 10**0.25) and not sdpo[1].options
+    assert sdpo[1].lr == pytest.approx(1.5e-4 / 10**0.25, rel=1e-3) and not sdpo[1].options
 
 
 def test_the_choice_is_the_best_of_five_with_ties_toward_fewer_changes():
@@ -102,7 +102,9 @@ def test_the_tuning_table_marks_a_choice_only_once_its_runs_are_in():
     text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"])
     marked = [line for line in text.splitlines() if line.endswith("best |")]
     assert marked == ["| grpo | lr 5e-05 | 0.3500 | 0.3600 | 0.3550 | stage 1's best |"]
-    refined = [5e-5 / 10**0.25, 5e-5 * 10**0.25]
+    aucs = read_aucs(table(rows), DEFAULTS)
+    refined = [c.lr for c in stage2_configs("grpo", stage1_best(aucs, "grpo"), aucs)]
+    assert refined == [2.812e-05, 8.891e-05]  # as the stage-2 suite writes them
     rows += [row("grpo", lr, s, 0.37) for lr in refined for s in (22, 23)]
     text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"])
     chosen = [line for line in text.splitlines() if "**chosen**" in line]

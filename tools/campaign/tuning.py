@@ -110,7 +110,10 @@ def stage2_configs(method: str, chosen: Config, aucs: dict[Config, list[float]])
     if len(out) == 2:
         return out
     if not out:  # no knob: the lr a quarter-decade either side
-        return [Config(method, chosen.lr / REFINE), Config(method, chosen.lr * REFINE)]
+        return [
+            Config(method, rounded(chosen.lr / REFINE)),
+            Config(method, rounded(chosen.lr * REFINE)),
+        ]
     # one alternative (SDPO's prompt): the lr refined toward the better stage-1 neighbour
     means = {
         c.lr: statistics.mean(v) for c, v in aucs.items() if c.method == method and not c.options
@@ -120,7 +123,13 @@ def stage2_configs(method: str, chosen: Config, aucs: dict[Config, list[float]])
     below = means[max(lower)] if lower else -math.inf
     above = means[min(upper)] if upper else -math.inf
     refined = chosen.lr * REFINE if above > below else chosen.lr / REFINE
-    return [*out, Config(method, refined)]
+    return [*out, Config(method, rounded(refined))]
+
+
+def rounded(lr: float) -> float:
+    """An lr to 4 significant digits: what the stage-2 suite writes and its runs record, so a
+    configuration read back from the records is the one planned, float for float."""
+    return float(f"{lr:.4g}")
 
 
 def stage2_suite(stage1_suite: dict[str, Any], configs: list[Config]) -> dict[str, Any]:
@@ -137,7 +146,7 @@ def stage2_suite(stage1_suite: dict[str, Any], configs: list[Config]) -> dict[st
         entry: dict[str, Any] = {"name": f"{config.method}_stage2_{index}", "method": config.method}
         if config.options:
             entry["options"] = dict(config.options)
-        entry["settings"] = {"train.lr": float(f"{config.lr:.4g}")}
+        entry["settings"] = {"train.lr": config.lr}
         variants.append(entry)
     suite["methods"], suite["references"] = variants, []
     return suite

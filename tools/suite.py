@@ -314,8 +314,16 @@ def write_manifest(results_dir: Path, path: Path, runs: list[Run]) -> None:
     atomic_write_text(target, text)
 
 
+# Bounds of ``--seeds``, checked before a range is expanded (``0-1000000000`` would fill the
+# memory): a seed is a config's (below 2**32, harness/config.py), and 10,000 runs a setting and
+# method is more than any campaign here plans (the standard board's 20 seeds; ours).
+MAX_SEED = 2**32 - 1
+MAX_SEEDS = 10_000
+
+
 def parse_seeds(text: str) -> list[int]:
-    """``--seeds``: comma-separated seeds and inclusive ranges, ``10-19`` or ``0,2,5-7``."""
+    """``--seeds``: comma-separated seeds and inclusive ranges, ``10-19`` or ``0,2,5-7``; each
+    seed at most :data:`MAX_SEED`, at most :data:`MAX_SEEDS` of them."""
     seeds: list[int] = []
     for part in text.split(","):
         low, dash, high = part.strip().partition("-")
@@ -325,5 +333,9 @@ def parse_seeds(text: str) -> list[int]:
             first, last = -1, -1
         if first < 0 or last < first:
             raise SuiteError(f"--seeds: {text!r}: seeds and ranges like 10-19 or 0,2,5-7")
+        if last > MAX_SEED:
+            raise SuiteError(f"--seeds: {text!r}: a seed is at most {MAX_SEED} (got {last})")
+        if len(seeds) + last - first + 1 > MAX_SEEDS:
+            raise SuiteError(f"--seeds: {text!r}: at most {MAX_SEEDS} seeds")
         seeds.extend(range(first, last + 1))
     return list(dict.fromkeys(seeds))

@@ -81,6 +81,23 @@ def _chain(**options: Any) -> Any:
     return ChainTask(ChainConfig(**options))
 
 
+@register_task(
+    "ledger",
+    "running balances whose slips a later fix line can correct, 2-16 items (recoverable errors, "
+    "varied lengths)",
+)
+def _ledger(**options: Any) -> Any:
+    from creditbench.harness.tasks.ledger import LedgerConfig, LedgerTask
+
+    known = {f.name for f in fields(LedgerConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(
+            f"{unknown[0]}: unknown option of task ledger; known: {', '.join(sorted(known))}"
+        )
+    return LedgerTask(LedgerConfig(**options))
+
+
 def _math(name: str) -> Builder:
     def build(**options: Any) -> Any:
         from creditbench.harness.tasks.math_data import MathTask

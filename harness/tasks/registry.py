@@ -98,6 +98,23 @@ def _ledger(**options: Any) -> Any:
     return LedgerTask(LedgerConfig(**options))
 
 
+@register_task(
+    "countdown",
+    "make a target from four numbers, one pair a line; dead ends checked exactly (branching "
+    "decisions)",
+)
+def _countdown(**options: Any) -> Any:
+    from creditbench.harness.tasks.countdown import CountdownConfig, CountdownTask
+
+    known = {f.name for f in fields(CountdownConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(
+            f"{unknown[0]}: unknown option of task countdown; known: {', '.join(sorted(known))}"
+        )
+    return CountdownTask(CountdownConfig(**options))
+
+
 def _math(name: str) -> Builder:
     def build(**options: Any) -> Any:
         from creditbench.harness.tasks.math_data import MathTask

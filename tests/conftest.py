@@ -2,8 +2,11 @@
 tests collected only in their own step.
 
 Profiles: ``ci`` (200 examples per property, the same examples on every run, no example
-database, no deadline) and ``dev`` (50, no deadline: shared CPUs make timings noisy).
-``HYPOTHESIS_PROFILE`` picks one; otherwise ``ci`` when ``CI`` is set, ``dev`` when not.
+database, no deadline), ``dev`` (50, no deadline: shared CPUs make timings noisy) and
+``thorough`` (1,000 fresh examples on every run: CI's slow step runs every property with it,
+``python -m pytest -m property``, so a draw that breaks a property at a float edge is found there
+rather than by a newcomer's first ``python -m pytest``; a failure prints the seed and the blob that
+replay it). ``HYPOTHESIS_PROFILE`` picks one; otherwise ``ci`` when ``CI`` is set, ``dev`` when not.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", max_examples=50, deadline=None)
+settings.register_profile(
+    "thorough",
+    max_examples=1000,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
@@ -59,6 +70,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SMOKE_MODULES or item.originalname in SMOKE_TESTS:
             item.add_marker(pytest.mark.smoke)
+        # every Hypothesis property, so the slow step can run them all under ``thorough``
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
 
 
 @pytest.fixture(autouse=True)

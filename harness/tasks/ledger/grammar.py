@@ -88,8 +88,7 @@ def walk(start: int, items: list[Op], texts: list[str]) -> Iterator[LineState]:
         verdict: str | None = None
         fix = is_fix(text)
         if fix and target is None:
-            verdict = "extra step"  # nothing to fix
-            carried = line.result if line is not None else None
+            verdict = "extra step"  # nothing to fix: it replaces no value
         elif fix:
             assert target is not None
             verdict = "malformed" if line is None else _judge_fix(line, items, target)

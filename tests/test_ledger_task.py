@@ -334,3 +334,26 @@ def test_sft_examples_use_the_alphabet_and_avoid_the_eval_split():
         prompt, completion = TASK.sft_example(rng)
         assert set(prompt + completion) <= set(ALPHABET)
         assert prompt not in evals
+
+
+def test_the_diagnostic_counts_what_resets_exact_credit_and_length_normalisation_act_on():
+    from creditbench.harness.tasks.ledger.diagnostics import where_mechanisms_act
+
+    problem = TASK.make_problem("p", 37, [("+", 25), ("-", 48), ("+", 9)])
+    long = TASK.make_problem("q", 1, [("+", 2)] * 1 + [("-", 3), ("+", 2)] * 5)
+    texts = [
+        "so 37+25=52\nfix 37+25=62\nso 62-48=14\nso 14+9=23\nAnswer: 23",  # fixed, passed
+        "so 37+25=52\nfix 37+25=62\nso 62-48=15\nso 15+9=24\nAnswer: 24",  # fixed, then failed
+        "so 37+25=62\nso 62-48=14\nso 14+9=23\nAnswer: 23",  # clean, passed
+        TASK.reference_solution(long).replace("Answer: ", "Answer: 9"),  # long, failed
+    ]
+    figures = where_mechanisms_act(TASK, [problem, problem, problem, long], texts)
+    assert figures["accuracy"] == 0.5
+    assert figures["failures_first_wrong_line_corrected"] == 0.5
+    assert figures["successes_with_corrected_slip"] == 0.5
+    assert figures["failure_rate_longest_third"] == 1.0
+    assert figures["failure_rate_shortest_third"] == 0.0
+    fix_chars = 2 * len("fix 37+25=62")
+    assert figures["fix_character_share"] == pytest.approx(fix_chars / sum(map(len, texts)))
+    with pytest.raises(ValueError, match="texts"):
+        where_mechanisms_act(TASK, [problem], texts[:1])

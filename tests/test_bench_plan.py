@@ -69,9 +69,12 @@ def test_the_dry_run_prints_each_runs_expected_minutes_from_a_timings_source(
     tmp_path, capsys, monkeypatch
 ):
     """A committed runs.csv with wall times plans the runs of its settings and methods."""
+    from creditbench.tools import bench_plan
     from creditbench.tools.cli.main import main
 
-    monkeypatch.chdir(tmp_path)  # no committed records here: only the sources given count
+    monkeypatch.chdir(tmp_path)
+    # no committed records (an installed wheel): only the sources given count
+    monkeypatch.setattr(bench_plan, "COMMITTED_RECORDS", tmp_path / "wheel" / "standard")
     results = tmp_path / "results"
     argv = ["bench", "--suite", "quick", "--results", str(results), "--dry-run"]
     assert main([*argv, "--only", "chain-grpo-s0", "--only", "chain-oracle-s0"]) == 0

@@ -9,6 +9,11 @@ A suite too long for one sitting can be split across machines or days: ``--only 
 (repeatable) runs just the runs whose names match, into the same results folder, and
 ``RESULTS/suite-<name>.json`` lists every run of the suite, so the leaderboard can say how much
 of it the folder holds.
+
+GRPO's and the oracle's runs start first (every board is read between GRPO, 0, and the oracle,
+1, so a suite stopped early still places what ran), then the rest longest first. Each run
+prints a line as it finishes (:mod:`.bench_workers`) and checkpoints every step (unless the
+suite says otherwise), so Ctrl-C or SIGTERM loses at most the step each run had in progress.
 """
 
 from __future__ import annotations
@@ -16,11 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any
 
 from creditbench.tools.suite import (
     Run,
@@ -40,20 +41,44 @@ def default_workers() -> tuple[int, int]:
     return cores, 1
 
 
-def _progress_of(run_dir: Path) -> float:
-    """The budget fraction of the last metrics record of a run (0 when none)."""
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return 0.0
-    for line in reversed(lines):
+# Bounds of what a user types, checked before anything is written: more workers or threads
+# than this only time-share the cores, each worker holding its models in memory (ours).
+MAX_PER_CORE = 4
+FIRST = ("grpo", "oracle")  # the board's 0 and 1: run first, so a partial board places methods
+CHECKPOINT_EVERY = 1  # a quick run lasts ~15 steps; a step's checkpoint costs well under 1%
+
+
+def references_first(runs: list[Run]) -> list[Run]:
+    """GRPO's runs, then the oracle's, then the others, each group in the given order."""
+    rank = {name: i for i, name in enumerate(FIRST)}
+    return sorted(runs, key=lambda run: rank.get(run.entry, len(FIRST)))
+
+
+def checkpoint_setting(run_dir: Path) -> str:
+    """The ``checkpoint_every`` override a run gets: every step, or, for a run begun under
+    another value, that value (a resumed run's config must not change)."""
+    from creditbench.harness.config import ConfigError, load_yaml_file
+
+    config = run_dir / "config.yaml"
+    if config.is_file() and not config.is_symlink():
         try:
-            fraction = json.loads(line).get("budget_fraction")
-        except ValueError:
-            continue
-        if fraction is not None:
-            return min(float(fraction), 1.0)
-    return 0.0
+            earlier = load_yaml_file(config, "run config")
+        except ConfigError:
+            earlier = None  # the run's own resume says what is wrong with it
+        if isinstance(earlier, dict) and isinstance(earlier.get("checkpoint_every"), int):
+            return f"checkpoint_every={earlier['checkpoint_every']}"
+    return f"checkpoint_every={CHECKPOINT_EVERY}"
+
+
+def check_sizes(workers: int | None, threads: int | None, cores: int) -> None:
+    """`SuiteError` for a worker or thread count below 1 or above :data:`MAX_PER_CORE` x cores."""
+    most = MAX_PER_CORE * cores
+    for flag, value in (("--workers", workers), ("--threads", threads)):
+        if value is not None and not 1 <= value <= most:
+            raise SuiteError(
+                f"{flag}: must be between 1 and {most} ({MAX_PER_CORE} x this machine's "
+                f"{cores} cores; got {value})"
+            )
 
 
 def run_suite(
@@ -84,11 +109,9 @@ def run_suite(
     from creditbench.harness.training.trainer import Trainer
     from creditbench.tools.bench_plan import (
         default_timings,
-        describe_plan,
         estimate_seconds,
         longest_first,
         measured_seconds,
-        minutes_text,
     )
 
     path = suite_path(suite)
@@ -102,12 +125,11 @@ def run_suite(
         check_not_inside_a_run(results_dir / "run", "--results")  # results_dir itself included
     except ConfigError as err:
         raise SuiteError(str(err)) from None
-    if workers is not None and workers < 1:
-        raise SuiteError(f"--workers: must be >= 1 (got {workers})")
-    if threads is not None and threads < 1:
-        raise SuiteError(f"--threads: must be >= 1 (got {threads})")
-    selected = select_runs(runs, list(only))
     cores = os.cpu_count() or 1
+    check_sizes(workers, threads, cores)
+    selected = select_runs(runs, list(only))
+    for run in selected:  # the suite's own checkpoint_every, or a --set, comes later and wins
+        run.overrides = [checkpoint_setting(results_dir / run.name), *run.overrides]
     workers = workers or default_workers()[0]
     threads = threads or max(1, cores // workers)
     trainers = {}
@@ -122,32 +144,28 @@ def run_suite(
     for source in timings:
         if not Path(source).exists():
             raise SuiteError(f"--timings: {source} does not exist")
-    timings = list(timings) or default_timings()
+    timings = list(timings) or default_timings(path.stem)
     try:
         estimates = estimate_seconds(runs, measured_seconds([results_dir, *timings]))
     except RunFormatError as err:
         raise SuiteError(f"--timings: {err}") from None
-    pending = longest_first([r for r in selected if r.name not in finished], estimates)
+    pending = references_first(
+        longest_first([r for r in selected if r.name not in finished], estimates)
+    )
     chosen = f", {len(selected)} selected by --only" if only else ""
     print(
         f"suite {path.stem}: {len(runs)} runs{chosen}, {len(finished)} finished, "
         f"{len(pending)} to run on {workers} workers x {threads} threads -> {results_dir}"
     )
     if dry_run:
-        for run in selected:
-            state = (
-                "done"
-                if run.name in finished
-                else ("resume" if (results_dir / run.name / "config.yaml").exists() else "new")
-            )
-            shown = minutes_text(estimates.get(run.name))
-            print(f"  [{state:>6}] {shown}  {run.name}")
-        print(describe_plan(pending, estimates, workers))
-        where = ", ".join(map(str, timings)) or "none: no --timings, no committed runs.csv"
-        print(f"measured times: {results_dir} and the timings sources ({where})")
+        _print_dry_run(selected, pending, finished, estimates, results_dir, timings, workers)
         return 0
     # One bench a results folder: a second one would count the first's runs in progress as
-    # its own failures (each run's lock refuses it) and rewrite the manifest under it.
+    # its own failures (each run's lock refuses it) and rewrite the manifest under it. The
+    # lock is held until the board is rendered, so no other bench renders beside this one.
+    from creditbench.tools import bench_workers
+
+    bench_workers.check_logs_writable(results_dir / "logs", pending)  # before anything is written
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(RunDir(results_dir).lock(writing="these results (a bench)"))
@@ -156,17 +174,58 @@ def run_suite(
         write_manifest(results_dir, path, runs)
         _prepare_base_policies([trainers[r.name] for r in pending])
         done = len(selected) - len(pending)
-        failed = _run_workers(pending, results_dir, workers, threads, done, tqdm)
-    _print_table(runs, results_dir)
-    if failed:
-        print(
-            f"{len(failed)} runs failed; logs: "
-            + ", ".join(str(results_dir / "logs" / f"{n}.log") for n in failed)
-        )
-    from creditbench.leaderboard import render
+        failed = bench_workers.run_workers(pending, results_dir, workers, threads, done, tqdm)
+        _print_table(runs, results_dir)
+        if failed:
+            print(
+                f"{len(failed)} runs failed; logs: "
+                + ", ".join(str(results_dir / "logs" / f"{n}.log") for n in failed)
+            )
+        return _render_board(results_dir, failed)
 
-    render(results_dir)
+
+def _render_board(results_dir: Path, failed: list[str]) -> int:
+    """Render the results folder's board and say where it is: 0, 1 when some runs failed,
+    `SuiteError` (one line, exit 2) when no run of the folder has finished."""
+    from creditbench.leaderboard import render
+    from creditbench.leaderboard.report import LeaderboardError
+
+    try:
+        written = render(results_dir)
+    except LeaderboardError as err:
+        if failed:
+            raise SuiteError(
+                f"every run failed ({len(failed)}), so there is no board; the first log: "
+                f"{results_dir / 'logs' / f'{failed[0]}.log'}"
+            ) from None
+        raise SuiteError(str(err)) from None
+    print(f"board: {written['markdown']} (and {written['html'].name} beside it)")
     return 1 if failed else 0
+
+
+def _print_dry_run(selected, pending, finished, estimates, results_dir, timings, workers) -> None:
+    """The dry run: each selected run in the order it will run, its expected time, the total,
+    and the records the times come from."""
+    from creditbench.tools.bench_plan import describe_load, describe_plan, minutes_text
+
+    order = [r for r in selected if r.name in finished] + pending
+    for run in order:
+        state = (
+            "done"
+            if run.name in finished
+            else ("resume" if (results_dir / run.name / "config.yaml").exists() else "new")
+        )
+        print(f"  [{state:>6}] {minutes_text(estimates.get(run.name))}  {run.name}")
+    print(describe_plan(pending, estimates, workers))
+    load = describe_load(pending, estimates, workers)
+    if load:
+        print(load)
+    where = ", ".join(map(str, timings)) or "none: no --timings, no committed runs.csv"
+    timed = sum(r.name in estimates for r in selected)
+    print(
+        f"measured times: {results_dir} and the timings sources ({where}); "
+        f"{timed} of {len(selected)} runs timed by them"
+    )
 
 
 def _prepare_base_policies(trainers) -> None:
@@ -184,72 +243,6 @@ def _prepare_base_policies(trainers) -> None:
         if key not in seen:
             seen.add(key)
             ensure_base_policy(cfg.task, cfg.task_options, cfg)
-
-
-def _run_workers(
-    pending: list[Run], results_dir: Path, workers: int, threads: int, done: int, tqdm
-):
-    logs = results_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    queue = list(pending)
-    running: dict[str, tuple[subprocess.Popen, Any]] = {}
-    failed: list[str] = []
-    finished = done
-    bar = tqdm(
-        total=done + len(pending),
-        initial=done,
-        unit="run",
-        desc="bench",
-        bar_format="{l_bar}{bar}| {n:.2f}/{total} runs [{elapsed}<{remaining}]",
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    try:
-        while queue or running:
-            while queue and len(running) < workers:
-                run = queue.pop(0)
-                log = open(logs / f"{run.name}.log", "ab")
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "creditbench.tools.cli.main",
-                    "train",
-                    "--quiet",
-                    "--threads",
-                    str(threads),
-                    "--method",
-                    run.method,
-                    "--task",
-                    run.task,
-                    "--seed",
-                    str(run.seed),
-                    "--output",
-                    str(results_dir),
-                    "--name",
-                    run.name,
-                ]
-                for item in run.overrides:
-                    cmd += ["--set", item]
-                running[run.name] = (
-                    subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env),
-                    log,
-                )
-            time.sleep(1.0)
-            for name, (proc, log) in list(running.items()):
-                if proc.poll() is not None:
-                    log.close()
-                    del running[name]
-                    finished += 1
-                    if proc.returncode != 0:
-                        failed.append(name)
-            partial = sum(_progress_of(results_dir / name) for name in running)
-            bar.n = finished + partial
-            bar.refresh()
-    finally:
-        for proc, log in running.values():
-            proc.terminate()
-            log.close()
-        bar.close()
-    return failed
 
 
 def _print_table(runs: list[Run], results_dir: Path) -> None:

@@ -41,10 +41,13 @@ BASELINE = "grpo"  # the unit of the ratios: the method every setting measures f
 COMMITTED_RECORDS = Path(__file__).resolve().parents[1] / "docs" / "results" / "standard"
 
 
-def default_timings() -> list[Path]:
-    """The timing sources when none are given: the committed records' table, where it exists."""
-    table = COMMITTED_RECORDS / "runs.csv"
-    return [table] if table.is_file() else []
+def default_timings(suite: str | None = None) -> list[Path]:
+    """The timing sources when none are given: the committed records of the same suite
+    (``docs/results/<suite>/runs.csv``, whose settings match its runs' names), then the
+    standard board's, where each exists."""
+    tables = [COMMITTED_RECORDS.parent / suite / "runs.csv"] if suite else []
+    tables.append(COMMITTED_RECORDS / "runs.csv")
+    return [table for table in dict.fromkeys(tables) if table.is_file()]
 
 
 _SEED = re.compile(r"-s\d+$")
@@ -141,3 +144,31 @@ def describe_plan(pending: list[Any], estimates: dict[str, float], workers: int)
     if unknown:
         line += f"; {unknown} runs not measured (no finished run of their setting and method)"
     return line
+
+
+def load_factor(load: float, workers: int, cores: int) -> float:
+    """How many times slower than its record a run goes now: the records were made with a core
+    a run (ours: the campaigns run one single-threaded worker per core), and now ``workers``
+    runs share ``cores`` with ``load`` other runnable processes (the 1-minute load average)."""
+    return max(1.0, (load + workers) / max(cores, 1))
+
+
+def describe_load(pending: list[Any], estimates: dict[str, float], workers: int) -> str:
+    """One line scaling the plan by this machine's load now (:func:`load_factor`), or ``""``
+    on a quiet machine or where the load is not known."""
+    import os
+
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return ""
+    cores = os.cpu_count() or 1
+    factor = load_factor(load, min(workers, max(len(pending), 1)), cores)
+    if factor <= 1.0:
+        return ""
+    hours = sum(estimates.get(r.name, 0.0) for r in pending) / 3600 / max(workers, 1) * factor
+    return (
+        f"at this machine's load now (load average {load:.1f} on {cores} cores, plus "
+        f"{workers} workers): about {hours:.1f} hours, {factor:.1f} x the records' times, "
+        "which assume a core a run"
+    )

@@ -20,6 +20,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from creditbench.tools.suite import SuiteError, parse_seeds
 
     quiet_transformers()
+    args.interrupted = (
+        "finished runs are kept, and each run in progress keeps its checkpoint of its last "
+        "finished step (runs checkpoint every step unless the suite says otherwise); the same "
+        "command resumes them"
+    )
     try:
         seeds = parse_seeds(args.seeds) if args.seeds is not None else None
         return run_suite(
@@ -41,7 +46,9 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a benchmark suite (methods x seeds x tasks)")
     p.add_argument("--suite", required=True, help="quick, standard, or a suite YAML file")
     p.add_argument(
-        "--workers", type=positive_int, help="parallel runs (default: sized to the machine)"
+        "--workers",
+        type=positive_int,
+        help="parallel runs, at most 4 x the cores (default: one a core)",
     )
     p.add_argument("--results", help="results folder (default: runs/bench-SUITE)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
@@ -56,7 +63,8 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--seeds",
-        help="run these seeds instead of the suite's, e.g. 10-19 (a confirmatory set) or 0,2,5-7",
+        help="run these seeds instead of the suite's, e.g. 10-19 (a confirmatory set) or 0,2,5-7 "
+        "(each below 2**32, at most 10,000)",
     )
     p.add_argument(
         "--only",
@@ -66,7 +74,9 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
         help="run only the runs whose names match (repeatable), e.g. 'chain-steps=8-*-s0'",
     )
     p.add_argument(
-        "--threads", type=positive_int, help="torch threads per run (default: cores / workers)"
+        "--threads",
+        type=positive_int,
+        help="torch threads per run, at most 4 x the cores (default: cores / workers)",
     )
     add_set_option(p, "override a config field of every run (repeatable)")
     p.set_defaults(func=_cmd_bench)

@@ -128,12 +128,17 @@ def train(pending, trainers: dict[str, Any], results: Path, workers: int, done: 
     bench workers, after ``done`` finished ones; the names of the failed runs."""
     from tqdm.auto import tqdm
 
-    from creditbench.tools.bench import _prepare_base_policies, _run_workers
+    from creditbench.tools.bench import _prepare_base_policies
+    from creditbench.tools.bench_workers import run_workers
+    from creditbench.tools.suite import SuiteError
 
     if not pending:
         return []
     _prepare_base_policies([trainers[r.name] for r in pending])
-    return _run_workers(pending, results, workers, threads_per_worker(workers), done, tqdm)
+    try:
+        return run_workers(pending, results, workers, threads_per_worker(workers), done, tqdm)
+    except SuiteError as err:  # a run's log is a link
+        raise ReproduceError(str(err)) from None
 
 
 def execute(plan: Plan, results: Path) -> list[str]:

@@ -357,3 +357,64 @@ def test_the_diagnostic_counts_what_resets_exact_credit_and_length_normalisation
     assert figures["fix_character_share"] == pytest.approx(fix_chars / sum(map(len, texts)))
     with pytest.raises(ValueError, match="texts"):
         where_mechanisms_act(TASK, [problem], texts[:1])
+
+
+# --------------------------------------------------------------------------------------------
+# The values scored by a policy (the oracle's analytic estimator through the harness)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory):
+    from creditbench.harness.config import load_config
+    from creditbench.harness.models.modeling import build_char_tokenizer, build_model, save_policy
+    from creditbench.harness.services.step_plan import StepPlan
+    from creditbench.harness.training.trainer import Trainer
+
+    tmp = tmp_path_factory.mktemp("ledger-values")
+    tokenizer = build_char_tokenizer(ALPHABET)
+    policy = save_policy(build_model("nano", tokenizer, seed=0), tokenizer, tmp / "nano")
+    settings = [
+        "task=ledger",
+        "task_options.max_items=3",
+        'task_options.fillers=["so"]',
+        f"model.path={policy}",
+    ]
+    trainer = Trainer(load_config(None, settings), str(tmp / "run"))
+    trainer.build()
+    trainer.services.begin_step(StepPlan(0, reference_method=True))
+    return trainer.services
+
+
+def test_a_pending_slips_value_is_the_policys_probability_of_its_fix_and_the_rest(services):
+    """After a slip, V(s) is the product of the policy's probabilities of the fix line (its
+    word ``fix`` included), of each later line after its connective, and of the answer and the
+    end of sequence, read off one teacher-forced score of a response that slips and fixes."""
+    import math
+
+    import torch
+
+    index, problem = 0, services.train_problems[0]
+    right = services.task.reference_solution(problem).split("\n")
+    first = right[0]
+    slipped = first[: first.rindex("=") + 1] + str((int(first.split("=")[-1]) + 1) % 100)
+    response = "\n".join([slipped, "fix " + first.removeprefix("so "), *right[1:]])
+    batch = services.batch_from_responses([index], [response])
+    values = services.task_values(batch)
+    logprobs = services.score(batch)[0]  # one token per character, then the end of sequence
+    lines = response.split("\n")
+    spans, at = [], 0
+    for line in lines[:-1]:
+        skip = 0 if line.startswith("fix") else len("so ")
+        spans.append((at + skip, at + len(line) + 1))
+        at += len(line) + 1
+    spans.append((at, len(response) + 1))
+    expected = [math.exp(sum(float(logprobs[s:e].sum()) for s, e in spans[k:]))
+                for k in range(1, len(spans))]  # fmt: skip
+    torch.testing.assert_close(values[0, 1 : len(spans)], torch.tensor(expected), rtol=1e-4, atol=0)
+    sampled = services.sample_batch()
+    from creditbench.methods.values import state_starts
+
+    found = services.task_values(sampled)
+    _, valid = state_starts(sampled.step_ids)
+    assert ((found[valid] >= 0) & (found[valid] <= 1)).all()

@@ -368,7 +368,8 @@ def claims_page(cards: Sequence[Card], sources: Sequence[str], *, reps: int = 20
     """The claims page: how a claim is read, the verdict words, the tally per setting and the
     table, from the records in ``sources`` (folders or ``runs.csv`` files,
     :func:`~.collect.collect_runs`)."""
-    from .collect import collect_runs, manifest_folders, suite_coverage
+    from .collect import collect_runs
+    from .suite_manifests import manifest_folders, suite_coverage
 
     table, _ = collect_runs(list(sources))
     finished = set(table.loc[table["kind"] == "run", "run"]) if not table.empty else set()

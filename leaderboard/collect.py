@@ -40,9 +40,10 @@ names the metric behind ``final_accuracy`` and ``auc``: ``sampled_accuracy`` whe
 evaluation of the run has it, otherwise ``greedy_accuracy`` (the trainer's summary uses the same
 rule).
 
-Run rows also carry the run's record: ``config`` (its config as JSON, less the fields that say
-where it ran: :data:`NOT_A_SETTING`), ``config_digest`` (the first 12 hex digits of that JSON's
-SHA-256: two runs with one digest computed the same thing), and from its ``environment.json``
+Run rows also carry the run's record (:func:`.records.run_record`): ``config`` (its config as
+JSON, less the fields that say where it ran: :data:`.records.NOT_A_SETTING`), ``config_digest``
+(the first 12 hex digits of that JSON's SHA-256: two runs with one digest computed the same
+thing), and from its ``environment.json``
 ``commit``, ``git_dirty`` and ``packages``; and its times where recorded: ``wall_seconds``,
 ``eval_seconds`` (its evaluations' share) and ``step_seconds`` (the median training step). That
 makes the table written as ``runs.csv`` a complete record: :mod:`.records` reads it back, and
@@ -53,11 +54,12 @@ No run is counted twice: a folder reached by two paths (a symbolic link) is read
 folders holding the same run (same method, method options, task, options, setting and seed) keep
 the one whose relative path sorts first, with a warning naming both. Between sources the first
 given wins: a record in a committed ``runs.csv`` listed first is kept over a re-run of it.
+
+Which runs a suite promised, beside those that finished, is :mod:`.suite_manifests`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -81,14 +83,17 @@ from creditbench.harness.records.files import (
     spent_fraction,
 )
 
-# Config fields that name where or how a run was executed, not what it computed.
-NOT_A_SETTING = ("run_name", "output_dir", "device", "checkpoint_every", "vllm")
+from .records import (
+    NOT_A_SETTING,
+    SAMPLES_EVAL,
+    read_records,
+    run_record,
+)
+
 # Fields that change no step of a run and so do not split a setting (its digest still tells the
 # configs apart): the counts of trained responses it is also evaluated at, which runs of one
 # setting may or may not have (a row without them reads "not measured" on the samples axis).
 NOT_A_SETTING_FIELDS = ("budget.eval_responses",)
-# The kind of an evaluation row at a count of trained responses (``budget.eval_responses``).
-SAMPLES_EVAL = "eval_responses"
 IDENTITY_FIELDS = ("method", "method_options", "task", "task_options", "seed")
 # Step-record keys that are bookkeeping, not diagnostics.
 NOT_A_DIAGNOSTIC = {
@@ -126,30 +131,6 @@ def options_key(options: dict[str, Any] | None) -> str:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def config_text(config: dict[str, Any]) -> str:
-    """A config as canonical JSON (sorted keys, no spaces), less :data:`NOT_A_SETTING`."""
-    kept = {k: v for k, v in config.items() if k not in NOT_A_SETTING}
-    return json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def config_digest(text: str) -> str:
-    """The first 12 hex digits of the SHA-256 of a :func:`config_text`."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-
-
-def run_record(config: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
-    """The columns of a run row that make it a record: its config, digest and provenance."""
-    text = config_text(config)
-    packages = environment.get("packages")
-    return {
-        "config": text,
-        "config_digest": config_digest(text),
-        "commit": str(environment.get("git_commit") or ""),
-        "git_dirty": bool(environment.get("git_dirty")),
-        "packages": json.dumps(packages if isinstance(packages, dict) else {}, sort_keys=True),
-    }
 
 
 def _environment(run: Path) -> dict[str, Any]:
@@ -432,8 +413,6 @@ def collect_runs(sources: str | Path | Iterable[str | Path]) -> tuple[pd.DataFra
         RunFormatError: a ``runs.csv`` is not a leaderboard's record (the message names the
             file and line).
     """
-    from .records import read_records
-
     paths = [Path(sources)] if isinstance(sources, (str, Path)) else [Path(s) for s in sources]
     read: dict[str, tuple] = {}
     warnings: list[str] = []
@@ -479,79 +458,3 @@ def collect_runs(sources: str | Path | Iterable[str | Path]) -> tuple[pd.DataFra
         table = pd.DataFrame(columns=front)
     rest = [c for c in table.columns if c not in front]
     return table[front + rest], warnings
-
-
-class SuiteManifest(NamedTuple):
-    """A suite manifest (``suite-<name>.json``): the suite's name, its runs as ``(run name,
-    setting)`` and, where a campaign runs only part of the suite by a rule, the rule (``plan``,
-    said with the coverage)."""
-
-    name: str
-    runs: list[tuple[str, str]]
-    plan: str | None = None
-
-
-def read_suite_manifest(path: str | Path) -> SuiteManifest | None:
-    """A suite manifest (written by ``creditbench bench``, or by a campaign's plan); None when
-    it cannot be read."""
-    try:
-        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
-        runs = [(str(r["name"]), str(r["setting"])) for r in manifest["runs"]]
-        plan = manifest.get("plan")
-        return SuiteManifest(str(manifest["suite"]), runs, str(plan) if plan else None)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def _manifests(results_dir: str | Path) -> list[tuple[Path, SuiteManifest | None]]:
-    paths = sorted(Path(results_dir).glob("suite-*.json"))
-    return [(path, read_suite_manifest(path)) for path in paths]
-
-
-def manifest_folders(sources: Iterable[str | Path]) -> list[Path]:
-    """Where the suite manifests of ``sources`` lie: a results folder holds its own, and a
-    committed ``runs.csv`` has a copy beside it."""
-    paths = (Path(source) for source in sources)
-    return list(dict.fromkeys(path if path.is_dir() else path.parent for path in paths))
-
-
-def suite_names(folders: Iterable[str | Path]) -> list[str]:
-    """The names of the suites whose readable manifests lie in the folders, each once."""
-    found = (m for folder in folders for _, m in _manifests(folder))
-    return list(dict.fromkeys(m[0] for m in found if m is not None))
-
-
-PARTIAL_BOARD = "its intervals and ranks use only the seeds present."
-
-
-def suite_coverage(
-    folders: Iterable[str | Path], finished: set[str], partial: str = PARTIAL_BOARD
-) -> list[str]:
-    """One sentence per suite manifest (``suite-<name>.json``, written by ``creditbench bench``)
-    in the folders: how many of the suite's runs are among ``finished`` (run folder names), by
-    setting when the suite is incomplete, then what that means for the page (``partial``); a
-    sentence said by two copies of a manifest appears once. An unreadable manifest gives a
-    sentence saying so."""
-    sentences: list[str] = []
-    for path, found in (m for folder in folders for m in _manifests(folder)):
-        if found is None:
-            sentences.append(f"{path.name}: unreadable suite manifest, coverage unknown.")
-            continue
-        name, runs, plan = found
-        if plan:
-            name = f"{name} ({plan})"
-        done = sum(run in finished for run, _ in runs)
-        if done == len(runs):
-            sentences.append(f"Suite {name}: all {len(runs)} runs finished.")
-            continue
-        by_setting: dict[str, list[int]] = {}
-        for run, setting in runs:
-            counts = by_setting.setdefault(setting, [0, 0])
-            counts[0] += run in finished
-            counts[1] += 1
-        parts = ", ".join(f"{s} {d}/{n}" for s, (d, n) in by_setting.items())
-        sentences.append(
-            f"Suite {name}: {done} of {len(runs)} runs finished ({parts}); a partial snapshot: "
-            + partial
-        )
-    return list(dict.fromkeys(sentences))

@@ -14,10 +14,13 @@ and the statistics are those the original folders would give (``tests/test_recor
 that a folder and its ``runs.csv`` give the same leaderboard).
 
 A file that is not such a record is an error naming the file and line, never a partial read.
+The columns that make a run row a record (its config as canonical JSON, its digest, commit and
+packages: :func:`run_record`) are defined here, and :mod:`.collect` writes them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -27,12 +30,38 @@ import pandas as pd
 
 from creditbench.harness.records.files import RunFormatError
 
-from .collect import SAMPLES_EVAL, config_digest, config_text
-
+# Config fields that name where or how a run was executed, not what it computed.
+NOT_A_SETTING = ("run_name", "output_dir", "device", "checkpoint_every", "vllm")
+# The kind of an evaluation row at a count of trained responses (``budget.eval_responses``).
+SAMPLES_EVAL = "eval_responses"
 REQUIRED = ("run", "kind", "method", "task", "options", "setting", "seed", "config")
 # Columns collect_runs adds to every run row from the run's config and environment.
 RECORD_COLUMNS = ("config", "config_digest", "commit", "git_dirty", "packages")
 INTEGER_COLUMNS = ("seed", "step", "steps", "responses_mark")
+
+
+def config_text(config: dict[str, Any]) -> str:
+    """A config as canonical JSON (sorted keys, no spaces), less :data:`NOT_A_SETTING`."""
+    kept = {k: v for k, v in config.items() if k not in NOT_A_SETTING}
+    return json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def config_digest(text: str) -> str:
+    """The first 12 hex digits of the SHA-256 of a :func:`config_text`."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def run_record(config: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
+    """The columns of a run row that make it a record: its config, digest and provenance."""
+    text = config_text(config)
+    packages = environment.get("packages")
+    return {
+        "config": text,
+        "config_digest": config_digest(text),
+        "commit": str(environment.get("git_commit") or ""),
+        "git_dirty": bool(environment.get("git_dirty")),
+        "packages": json.dumps(packages if isinstance(packages, dict) else {}, sort_keys=True),
+    }
 
 
 def _value(column: str, value: Any) -> Any:

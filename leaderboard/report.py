@@ -42,11 +42,12 @@ from creditbench.harness.records.files import RunFormatError, atomic_write_bytes
 
 from . import plots
 from .board import summarize
-from .collect import collect_runs, manifest_folders, suite_coverage, suite_names
+from .collect import collect_runs
 from .oracle_price import price_sentence
 from .papers import reported_results
 from .samples import samples_sentence, samples_table
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups
+from .suite_manifests import manifest_folders, suite_coverage, suite_names
 from .tables import accuracy_table, credit_table, gains_table, paper_table, position_notes
 from .verdict import setting_verdict
 

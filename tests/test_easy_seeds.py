@@ -76,7 +76,7 @@ def test_the_campaigns_plan_keeps_easy_seeds_5_to_9_of_the_chosen_rows_only(
     assert late == {f"{m}-s{s}" for m in ("grpo", "oracle", "rloo") for s in range(5, 10)}
     assert len(names) == 50 + 25 + 15  # hard; easy 0-4; easy 5-9 of three rows
     # the board says the plan with its coverage
-    from creditbench.leaderboard.collect import suite_coverage
+    from creditbench.leaderboard.suite_manifests import suite_coverage
 
     (tmp_path / "board").mkdir()
     (tmp_path / "board" / "suite-standard.json").write_text(json.dumps(plan))

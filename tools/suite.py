@@ -289,7 +289,7 @@ def select_runs(runs: list[Run], patterns: list[str]) -> list[Run]:
 
 def suite_manifest(suite: str, runs: Iterable[tuple[str, str]], plan: str | None = None) -> dict:
     """A suite manifest's JSON (``suite-<name>.json``, read by
-    :func:`creditbench.leaderboard.collect.read_suite_manifest`): the suite's runs as ``(run
+    :func:`creditbench.leaderboard.suite_manifests.read_suite_manifest`): the suite's runs as ``(run
     name, setting)`` and, for a campaign that runs part of it by a rule, the rule."""
     manifest: dict = {"suite": suite}
     if plan:
@@ -303,7 +303,7 @@ def write_manifest(results_dir: Path, path: Path, runs: list[Run]) -> None:
     an earlier manifest of the same suite lists stay listed (another ``--seeds`` set of it in
     the same folder adds to them)."""
     from creditbench.harness.records.rundir import atomic_write_text
-    from creditbench.leaderboard.collect import read_suite_manifest
+    from creditbench.leaderboard.suite_manifests import read_suite_manifest
 
     results_dir.mkdir(parents=True, exist_ok=True)
     target = results_dir / f"suite-{path.stem}.json"

@@ -68,3 +68,19 @@ def test_opo_matches_verls_opo(seed, singletons):
     )
     ours = opo_advantages(rewards.sum(-1), mask, group_ids)  # singleton="raw", verl's rule
     torch.testing.assert_close(ours, theirs, **TOL)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("singletons", [False, True])
+@pytest.mark.parametrize("binary", [False, True])
+def test_gpg_with_verls_alpha_matches_verls_gpg(seed, singletons, binary):
+    """verl's α is B over the responses whose reward is not 0 (``alpha="nonzero"``); the file's
+    default, B / (B - M) over mixed groups, is the paper's (see methods/gpg.py)."""
+    from creditbench.methods.gpg import gpg_advantages
+
+    rewards, mask, labels, group_ids = _batch(seed, singletons=singletons, binary=binary)
+    theirs, _ = core_algos.compute_gpg_outcome_advantage(
+        token_level_rewards=rewards, response_mask=mask, index=labels, config=AlgoConfig()
+    )
+    ours = gpg_advantages(rewards.sum(-1), mask, group_ids, alpha="nonzero")
+    torch.testing.assert_close(ours, theirs, **TOL)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +24,9 @@ from typing import Any
 
 import yaml
 
+from creditbench.common.yaml_loading import load_yaml
 from creditbench.harness.typed import ConfigError, from_dict, to_dict
 from creditbench.methods.checks import check_fields
-from creditbench.reference.yaml_loading import load_yaml
 
 __all__ = [
     "BudgetConfig",
@@ -82,11 +83,21 @@ class ModelConfig:
 # step, verl's default batch 8,192 at 8 a prompt) and that keeps a mistyped size from failing
 # with a MemoryError deep in the first rollout
 MAX_RESPONSES_PER_STEP = 1 << 20
+# ours: above the longest context of any open model (Qwen2.5-1M's 1,010,000 tokens); the bound
+# a response length meets before the model is known (then its own context is the bound)
+MAX_NEW_TOKENS = 1 << 20
+# a seed is an integer in [0, 2**32): what numpy's legacy generator accepts; every verb's --seed
+# follows the run config's rule
+SEED_LIMIT = 2**32
 
 
 @dataclass
 class RolloutConfig:
     """How each step samples: ``prompts_per_step`` prompts, ``group_size`` responses each.
+
+    ``max_new_tokens``: at most 2**20 here, and below the policy's context (its config's
+    ``max_position_embeddings``; 2,048 for the built-in presets), which also holds the prompt:
+    checked against the model before the run folder is made.
 
     ``backend``: ``lean`` (the lean KV-cached sampler, :mod:`creditbench.harness.sampling.lean`:
     the draws of ``generate`` with fewer ops), ``hf`` (transformers ``generate``), ``vllm`` (a
@@ -112,6 +123,11 @@ class RolloutConfig:
                     f"times prompts_per_step must be <= {MAX_RESPONSES_PER_STEP:,} a step",
                 ),
                 ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
+                (
+                    "max_new_tokens",
+                    self.max_new_tokens <= MAX_NEW_TOKENS,
+                    f"must be <= {MAX_NEW_TOKENS:,}, more than any model's context",
+                ),
                 ("temperature", self.temperature > 0, "must be > 0"),
                 ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
                 ("backend", self.backend in BACKENDS, f"must be one of {', '.join(BACKENDS)}"),
@@ -285,7 +301,10 @@ class EvalConfig:
 
 @dataclass
 class RunConfig:
-    """One run: one method, one task, one seed, one budget."""
+    """One run: one method, one task, one seed, one budget.
+
+    ``seed``: an integer in [0, 2**32) (:data:`SEED_LIMIT`), the same rule as every verb's
+    ``--seed``."""
 
     method: str = "grpo"
     method_options: dict[str, Any] = field(default_factory=dict)
@@ -313,7 +332,7 @@ class RunConfig:
             [
                 ("method", bool(self.method), "must not be empty"),
                 ("task", bool(self.task), "must not be empty"),
-                ("seed", 0 <= self.seed < 2**32, "must be in [0, 2**32)"),
+                ("seed", 0 <= self.seed < SEED_LIMIT, "must be in [0, 2**32)"),
                 (
                     "device",
                     _DEVICE_PATTERN.fullmatch(self.device) is not None,
@@ -341,7 +360,14 @@ def build_method_config(method_cls: Any, options: Mapping[str, Any] | None) -> A
 
 def load_yaml_file(path: Path, what: str = "config file") -> Any:
     """The YAML document in ``path``; `ConfigError` naming the file (and the line and column of
-    a syntax error) when it cannot be read, is not UTF-8 text, or is not YAML."""
+    a syntax error) when it cannot be read, is not UTF-8 text, or is not YAML. A FIFO, socket
+    or device is refused before it is opened: reading one waits for a writer, forever."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        mode = None  # the read below names what is wrong
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise ConfigError(f"{path}: cannot read {what} (not a regular file)")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:

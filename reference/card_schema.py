@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .cards import (
+from .card_types import (
     ARXIV_PATTERN,
     AXES,
     CAVEATS,

@@ -1,7 +1,8 @@
 """The rooms and their import rule, read from the source (no import runs).
 
     methods/      torch and the standard library only, and methods/ itself
-    reference/    nothing of ours
+    common/       nothing of ours: utilities every other room may import (the YAML loader)
+    reference/    nothing of ours but common/
     harness/      the core: methods/, reference/ and itself; of methods/ only the shared
                   modules, never a method file (it never learns method names); never the
                   leaderboard, never a tool
@@ -13,9 +14,12 @@
                   the launches it writes name the integrations without importing them
 
 so the graph of rooms has no cycle and nothing but the tools imports a tool. The test also
-checks the harness's folders form no cycle of their own (training -> sampling, ...), and that
-nothing outside ``harness/tasks`` calls a task member the ``Task`` contract does not declare.
+checks the harness's folders form no cycle of their own (training -> sampling, ...), that no two
+modules import each other around a cycle, an import inside a function included (a lazy import
+hides a cycle rather than breaking it), and that nothing outside ``harness/tasks`` calls a task
+member the ``Task`` contract does not declare.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,14 +29,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ROOMS = ("methods", "harness", "leaderboard", "reference", "integrations", "tools")
+ROOMS = ("methods", "common", "harness", "leaderboard", "reference", "integrations", "tools")
 MAY_IMPORT = {
     "methods": {"methods"},
-    "reference": {"reference"},
-    "leaderboard": {"leaderboard", "reference"},
-    "harness": {"harness", "methods", "reference"},
-    "integrations": {"integrations", "methods", "harness"},
-    "tools": {"tools", "harness", "methods", "reference", "leaderboard", "integrations"},
+    "common": {"common"},
+    "reference": {"reference", "common"},
+    "leaderboard": {"leaderboard", "reference", "common"},
+    "harness": {"harness", "methods", "reference", "common"},
+    "integrations": {"integrations", "methods", "harness", "common"},
+    "tools": {"tools", "harness", "methods", "reference", "leaderboard", "integrations", "common"},
 }
 # the one module of the harness the leaderboard reads run directories through
 RUN_FORMAT = ["harness", "records", "files"]
@@ -150,6 +155,7 @@ def test_the_rule_would_catch_a_forbidden_import(room, tmp_path, monkeypatch):
     """Plant a module that breaks the rule in a copy of the room's layout; it is reported."""
     forbidden = {
         "methods": "from creditbench.harness.config import RunConfig\n",
+        "common": "from creditbench.reference.cards import load_cards\n",
         "reference": "from creditbench.methods import core\n",
         "leaderboard": "from creditbench.harness.records.rundir import RunDir\n",
         "harness": "from creditbench.methods.grpo import GRPO\n",
@@ -163,6 +169,129 @@ def test_the_rule_would_catch_a_forbidden_import(room, tmp_path, monkeypatch):
 
 def test_the_parts_of_the_harness_import_each_other_without_a_cycle():
     assert cycles(folder_graph()) == []
+
+
+# --- no module cycles, lazy imports included ------------------------------------------------
+
+# tools/reproduce/run.py and claims.py call each other through function-level imports (run
+# publishes a card's claims, the claims re-run its runs); left for the reproduce room's next
+# change, named here so that no new cycle joins it unseen
+KNOWN_CYCLES = [["tools.reproduce.claims", "tools.reproduce.run"]]
+
+
+def under_type_checking(tree: ast.Module) -> set[int]:
+    """Line numbers of imports inside ``if TYPE_CHECKING:``: read by type checkers, never run."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            imports = (ast.Import, ast.ImportFrom)
+            lines |= {n.lineno for s in node.body for n in ast.walk(s) if isinstance(n, imports)}
+    return lines
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Which module of the package imports which, every import statement counted wherever it
+    stands (module level or inside a function), less those only type checkers read. An import
+    of a name resolves to the module that defines it: ``from .records import read_records`` is
+    an edge to ``leaderboard.records``, ``from . import plots`` one to ``leaderboard.plots``."""
+    modules = {".".join(module_name(path)): path for room in ROOMS for path in source_files(room)}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skipped = under_type_checking(tree)
+        here = module_name(path)
+        package = here if path.name == "__init__.py" else here[:-1]
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or node.lineno in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                targets = [alias.name.split(".") for alias in node.names]
+            else:
+                base = package[: len(package) - (node.level - 1)] if node.level else []
+                module = base + (node.module.split(".") if node.module else [])
+                targets = [[*module, alias.name] for alias in node.names]
+            for target in targets:
+                if target[0] == "creditbench":
+                    target = target[1:]
+                while target and ".".join(target) not in modules:
+                    target = target[:-1]  # a name defined in the module, not a module
+                if target and target != here:
+                    graph.setdefault(name, set()).add(".".join(target))
+    return graph
+
+
+def module_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The modules of each strongly connected component larger than one (each a cycle or
+    several), sorted: Tarjan's algorithm, iterative, since a module graph is deep."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def test_module_cycle_finder_finds_cycles_and_only_cycles():
+    assert module_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert module_cycles({"a": {"b"}, "b": {"c"}, "d": {"b"}}) == []
+    assert module_cycles({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c"}}) == [
+        ["a", "b"],
+        ["c", "d"],
+    ]
+
+
+def test_no_two_modules_import_each_other_around_a_cycle_lazy_imports_included():
+    assert module_cycles(module_graph()) == KNOWN_CYCLES
+
+
+def test_the_cycle_rule_sees_a_function_level_import_and_ignores_type_checking(
+    tmp_path, monkeypatch
+):
+    """A planted pair that imports each other only inside a function is a cycle; a pair whose
+    second import is read only by type checkers is not."""
+    (tmp_path / "leaderboard").mkdir()
+    (tmp_path / "leaderboard" / "first.py").write_text("from .second import B\n")
+    (tmp_path / "leaderboard" / "second.py").write_text(
+        "def f():\n    from creditbench.leaderboard.first import A\n"
+    )
+    (tmp_path / "leaderboard" / "third.py").write_text("from .fourth import D\n")
+    (tmp_path / "leaderboard" / "fourth.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .third import C\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert module_cycles(module_graph()) == [["leaderboard.first", "leaderboard.second"]]
 
 
 def packages_on_disk() -> set[str]:

@@ -5,7 +5,7 @@ A run directory (layout in ``docs/harness.md``) holds ``config.yaml``, ``metrics
 JSON record per line) and, once the run has finished, ``summary.json``. The harness's run
 directory reads and writes through these functions, and the leaderboard reads runs through them
 and imports nothing else of the harness, so the format is defined once, here. The module
-imports the standard library, PyYAML and the reference loader only: reading a board never loads
+imports the standard library, PyYAML and the common YAML loader only: reading a board never loads
 torch.
 
 Writes are atomic: a reader sees the old file or the new one, never a part of one.
@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from creditbench.reference.yaml_loading import load_yaml
+from creditbench.common.yaml_loading import load_yaml
 
 
 class RunFormatError(ValueError):

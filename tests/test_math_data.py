@@ -18,7 +18,8 @@ from creditbench.harness.tasks.math_data import DataError, MissingPackageError, 
 @pytest.mark.parametrize(
     "name, split, count",
     [("gsm8k", "train", 7473), ("gsm8k", "test", 1319), ("math", "train", 7498),
-     ("math", "test", 5000), ("math500", "test", 500)],
+     ("math", "test", 5000), ("math500", "test", 500), ("mawps", "train", 449),
+     ("mawps", "test", 113)],
 )  # fmt: skip
 @pytest.mark.filterwarnings("ignore:.*empty reference answer")
 def test_every_dataset_loads_offline(name: str, split: str, count: int) -> None:
@@ -39,6 +40,15 @@ def test_reference_answers_are_read_from_each_format() -> None:
     assert math.answer == "0"  # "... So $a+b=-3+3=\\boxed{0}$."
     math500 = load_problems("math500", "test", limit=1)[0]
     assert math500.answer == "\\left( 3, \\frac{\\pi}{2} \\right)"
+
+
+def test_mawps_splits_one_file_into_disjoint_train_and_test() -> None:
+    train, test = load_problems("mawps", "train"), load_problems("mawps", "test")
+    sources = [{p.metadata["source"] for p in split} for split in (train, test)]
+    assert not sources[0] & sources[1]  # no problem is in both splits
+    assert test[0].answer == "14"  # "7 bottle caps ... 7 more": target 14.0, read as an integer
+    assert all(p.answer.replace(".", "", 1).isdigit() for p in train + test)
+    assert load_problems("mawps", "test", limit=3) == test[:3]
 
 
 def test_a_reference_solution_grades_as_correct() -> None:
@@ -117,9 +127,10 @@ def test_unknown_task_lists_the_known_ones() -> None:
     with pytest.raises(UnknownTaskError) as error:
         get_task("gsm9k")
     assert isinstance(error.value, KeyError)
-    for name in ("chain", "gsm8k", "math", "math500"):
+    builtin = {"chain", "gsm8k", "math", "math500", "mawps"}
+    for name in builtin:
         assert name in str(error.value)
-    assert set(list_tasks()) == {"chain", "gsm8k", "math", "math500"}
+    assert builtin <= set(list_tasks())  # the worlds' task families come beside them
 
 
 def test_unknown_option_is_named() -> None:

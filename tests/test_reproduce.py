@@ -105,10 +105,14 @@ def test_paper_plans_are_valid_run_configs(card_id, tmp_path):
     plan = plans.paper_plan(card, model_dir=str(tmp_path), task="math", steps=3)
     runs = rp.runs_of(plan)
     assert {r.entry for r in runs} == set(plan.methods)
+    # 3 steps, up to a whole number of rollout batches (minibatches x ppo_epochs steps each)
+    per_batch = plans.optimizer_steps_a_batch(plan)
+    steps = plan.budget["amount"]
+    assert steps % per_batch == 0 and 3 <= steps < 3 + per_batch
     for run in runs:
         config = run_config(run, tmp_path)
         assert config.rollout.backend == "vllm" and config.device == "cuda"
-        assert config.budget.unit == "steps" and config.budget.amount == 3
+        assert config.budget.unit == "steps" and config.budget.amount == steps
         for key, value in plan.option_values(run.entry).items():
             assert config.method_options[key] == value
         if card.recipe.group_size is not None:

@@ -86,6 +86,13 @@ def claim_runs(card: Card, seeds: int | None = None):
     suite["methods"], suite["references"] = entries, []
     suite["tasks"] = [entry for entry in suite["tasks"] if entry.get("label") in RUN_SETTINGS]
     if seeds is not None:
+        if seeds > len(suite["seeds"]):  # more would take confirmatory seeds into exploration
+            first, last = suite["seeds"][0], suite["seeds"][-1]
+            raise ReproduceError(
+                f"--seeds: the claims run on the {SUITE} suite's {len(suite['seeds'])} seeds "
+                f"({first}-{last}); give at most {len(suite['seeds'])} (got {seeds}). More seeds "
+                f"are a confirmatory set: creditbench bench --suite {SUITE} --seeds 10-19"
+            )
         suite["seeds"] = suite["seeds"][:seeds]
     try:
         return expand_suite(suite, path)

@@ -17,7 +17,10 @@ A row whose method cannot run inside verl is left out, with the reason
 (`creditbench.harness.services.engines.VERL_MIXED_GROUPS_SETTINGS`), and the launch notes where
 verl's filter differs from the method's. A row whose credit reads the response token ids
 (TEMPO, KTAE) runs on verl's legacy trainer (``VERL_LEGACY_SETTINGS``), whose batch the plugin
-passes to the estimator. Nothing is run: verl runs on the cluster, not here.
+passes to the estimator, and so does every other row of its launch (the baseline beside it),
+so that a launch compares its rows on one trainer; only a row on verl's group filter, which the
+legacy trainer lacks, stays on the v1 trainer, with a note. Nothing is run: verl runs on the
+cluster, not here.
 """
 
 from __future__ import annotations
@@ -254,6 +257,9 @@ def task_prompts(task: Any) -> list[str]:
 
 def _write_data(plan: Plan, task: Any, folder: Path) -> list[Path]:
     from datasets import Dataset
+    from datasets.utils.logging import disable_progress_bar
+
+    disable_progress_bar()  # a bar a parquet file of a few rows buries the launch's text
 
     paths = []
     for split in ("train", "test"):
@@ -366,8 +372,23 @@ def write_verl_launch(plan: Plan, runs: list[Any], configs: list[Any], folder: P
             continue
         method = get_method(run.method)(**plan.option_values(run.entry))
         name = _name(plan, run.entry)
+        # one trainer for the launch's rows: the legacy one where a row needs it
+        kept = method.group_filter()
+        on_filter = kept is not None and kept.keep == MIXED_GROUPS
+        if legacy and on_filter:
+            launch.notes[run.entry] = (
+                f"{launch.notes.get(run.entry, '')} It runs on verl's v1 trainer (its group "
+                "filter), the launch's other rows on the legacy one, which the token-level rows "
+                "need."
+            ).strip()
         overrides = verl_overrides(
-            config, method, name, Path("$HERE"), model, cluster, legacy=run.entry in legacy
+            config,
+            method,
+            name,
+            Path("$HERE"),
+            model,
+            cluster,
+            legacy=bool(legacy) and not on_filter,
         )
         launch.commands.append(["python", "-m", "verl.trainer.main_ppo", *overrides, env])
         quoted = [f'"{part}"' if "$" in part else shlex.quote(part) for part in overrides]

@@ -277,9 +277,67 @@ def paper_plan(
         plan.budget = {"unit": "steps", "amount": _profile_steps(plan)}
         budget_origin = f"{PROFILE_EPOCHS.value} epochs of the task ({PROFILE_EPOCHS.origin})"
     plan.origins = {"task": task_origin, "budget": budget_origin}
+    if plan.budget["unit"] == "steps":
+        _round_to_whole_batches(plan)
     plan.unknown = _unknown_notes(plan, recipe.unknown)
     plan.workers = 1
     return plan
+
+
+def optimizer_steps_a_batch(plan: Plan) -> int:
+    """How many optimizer steps one rollout batch makes: ``train.minibatches`` x
+    ``train.ppo_epochs`` (the unit verl's ``trainer.total_training_steps`` counts in)."""
+    config = _resolved(plan)
+    return config.train.minibatches * config.train.ppo_epochs
+
+
+def _round_to_whole_batches(plan: Plan) -> None:
+    """A steps budget up to a whole number of rollout batches (never fewer steps than asked),
+    saying so in its origin: every engine trains whole batches, and verl counts them (DAPO's 16
+    minibatches of 32 prompts refused ``--steps 200``; it is 208 = 13 batches of 16)."""
+    per_batch = optimizer_steps_a_batch(plan)
+    asked = int(plan.budget["amount"])
+    rounded = math.ceil(asked / per_batch) * per_batch
+    if rounded != asked:
+        plan.budget["amount"] = rounded
+        plan.origins["budget"] += (
+            f"; {asked} rounded to {rounded}, a whole number of batches of {per_batch} "
+            "optimizer steps"
+        )
+
+
+def budget_text(plan: Plan) -> str:
+    """The budget line of :func:`describe`. A steps budget says what a step is: an optimizer
+    step, ``minibatches x ppo_epochs`` of them a rollout batch, and how many batches that makes
+    (the number a verl launch's ``trainer.total_training_steps`` carries)."""
+    origin = plan.origins.get("budget", "the card")
+    amount, unit = plan.budget["amount"], plan.budget["unit"]
+    text = f"budget: {amount:g} {unit} per run ({origin})"
+    if unit != "steps":
+        return text
+    config = _resolved(plan)
+    prompts, minibatches = config.rollout.prompts_per_step, config.train.minibatches
+    per_batch = optimizer_steps_a_batch(plan)
+    return (
+        f"{text}: optimizer steps. A rollout batch of {prompts} prompts x "
+        f"{config.rollout.group_size} responses is split into {minibatches} minibatches of "
+        f"{prompts // max(minibatches, 1)} prompts and trained {config.train.ppo_epochs} "
+        f"epoch(s), {per_batch} optimizer steps a batch, so {int(amount) // per_batch} batches "
+        "(verl's trainer.total_training_steps counts these)"
+    )
+
+
+def _setting_line(plan: Plan, setting: Setting) -> str:
+    """A setting as :func:`describe` prints it; a model path not given says which model the
+    runs need and how to give it."""
+    if setting.key == "model.path" and setting.value is None:
+        base = next((s.value for s in plan.not_mapped if s.key == "base_model"), None)
+        wanted = f"a local copy of {base}" if base else "a local copy of the paper's model"
+        return (
+            f"  model.path: not given; give --model-dir DIR, {wanted} "
+            "(a launch reads it from $MODEL_DIR)"
+        )
+    return f"  {setting.key} = {setting.value}  ({setting.origin})"
 
 
 def _profile_steps(plan: Plan) -> int:
@@ -346,10 +404,9 @@ def describe(plan: Plan) -> list[str]:
     if plan.estimate is not None:
         lines.append(f"budget: {plan.estimate.describe()}")
     elif plan.budget:
-        origin = plan.origins.get("budget", "the card")
-        lines.append(f"budget: {plan.budget['amount']:g} {plan.budget['unit']} per run ({origin})")
+        lines.append(budget_text(plan))
     lines.append("settings:")
-    lines += [f"  {s.key} = {s.value}  ({s.origin})" for s in plan.settings]
+    lines += [_setting_line(plan, s) for s in plan.settings]
     for method in plan.methods:
         options = plan.options.get(method, [])
         lines.append(f"options of {method}:" + ("" if options else " its defaults"))

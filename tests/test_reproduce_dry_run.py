@@ -63,5 +63,7 @@ def test_a_results_path_that_is_a_file_is_one_line(tmp_path, capsys):
     afile.write_text("not a folder\n")
     assert main(["reproduce", "dapo", "--dry-run", "--results", str(afile)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"creditbench reproduce: error: --results: {afile} is a file, not a results folder"
+    assert err == (
+        f"creditbench reproduce: error: --results: {afile} is a file, not a results folder"
+    )
     assert afile.read_text() == "not a folder\n"

@@ -67,3 +67,18 @@ def test_a_results_path_that_is_a_file_is_one_line(tmp_path, capsys):
         f"creditbench reproduce: error: --results: {afile} is a file, not a results folder"
     )
     assert afile.read_text() == "not a folder\n"
+
+
+def test_the_reproducing_page_states_the_quick_suites_response_length():
+    """docs/reproducing.md said 160-token responses where the quick suite (and the tool) says
+    256: each place the page names the suite's length is the suite's own."""
+    import re
+    from pathlib import Path
+
+    from creditbench.tools.suite import load_suite, suite_path
+
+    tokens = load_suite(suite_path("quick"))["settings"]["rollout.max_new_tokens"]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reproducing.md").read_text()
+    stated = re.findall(r"(\d+)-token responses", page)
+    stated += re.findall(r"rollout\.max_new_tokens = (\d+)  \(suite quick\)", page)
+    assert stated and {int(n) for n in stated} == {tokens}

@@ -84,3 +84,40 @@ def test_gpg_with_verls_alpha_matches_verls_gpg(seed, singletons, binary):
     )
     ours = gpg_advantages(rewards.sum(-1), mask, group_ids, alpha="nonzero")
     torch.testing.assert_close(ours, theirs, **TOL)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("scale", [True, False])
+def test_passk_with_verls_estimator_matches_verls_grpo_passk(seed, scale):
+    """verl's ``grpo_passk`` (attributed in verl to arXiv 2503.19595, not to the Pass@k
+    training paper whose closed form is the file's default): the best response of each group
+    gets r_max - r_second, divided by the group's std unless ``norm_adv_by_std_in_grpo`` is
+    off. Ties are broken by torch.topk in both; verl refuses groups of one, so none here."""
+    from creditbench.methods.passk import best_minus_second
+
+    rewards, mask, labels, group_ids = _batch(seed, singletons=False)
+    config = AlgoConfig(norm_adv_by_std_in_grpo=scale)
+    theirs, _ = core_algos.compute_grpo_passk_outcome_advantage(
+        token_level_rewards=rewards, response_mask=mask, index=labels, config=config
+    )
+    outcome = rewards.sum(-1)
+    ours = torch.zeros_like(outcome)
+    for group in torch.unique(group_ids):
+        rows = (group_ids == group).nonzero().squeeze(-1)
+        ours[rows] = best_minus_second(outcome[rows], scale_by_std=scale)
+    torch.testing.assert_close(ours[:, None] * mask, theirs, **TOL)
+
+
+def test_passk_through_the_method_matches_verls_grpo_passk():
+    from creditbench.methods.passk import PassK
+    from strategies import build_batch
+
+    rewards, mask, labels, group_ids = _batch(0, singletons=False)
+    theirs, _ = core_algos.compute_grpo_passk_outcome_advantage(
+        token_level_rewards=rewards, response_mask=mask, index=labels, config=AlgoConfig()
+    )
+    batch = build_batch([len(labels)], [mask.shape[1]] * len(labels), rewards.sum(-1).tolist())
+    batch.group_ids = group_ids
+    batch.response_mask = mask
+    ours = PassK(estimator="max_minus_second").advantages(batch)
+    torch.testing.assert_close(ours, theirs, **TOL)

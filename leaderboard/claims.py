@@ -364,14 +364,20 @@ def verdict_legend() -> str:
     return "\n".join(f"- *{word}*: {meaning}." for word, meaning in VERDICTS.items())
 
 
-def claims_page(cards: Sequence[Card], sources: Sequence[str], *, reps: int = 2000) -> str:
+def claims_page(
+    cards: Sequence[Card], sources: Sequence[str], *, reps: int = 2000, refuse_empty: bool = False
+) -> str:
     """The claims page: how a claim is read, the verdict words, the tally per setting and the
     table, from the records in ``sources`` (folders or ``runs.csv`` files,
-    :func:`~.collect.collect_runs`)."""
-    from .collect import collect_runs
+    :func:`~.collect.collect_runs`). With ``refuse_empty``, sources that hold no finished run
+    are a ``RunFormatError``, as the leaderboard refuses them (the command line's ``claims``);
+    without, a page of no verdicts (a campaign's, before its first run finishes)."""
+    from .collect import collect_runs, refuse_no_runs
     from .suite_manifests import manifest_folders, suite_coverage
 
-    table, _ = collect_runs(list(sources))
+    table, warnings = collect_runs(list(sources))
+    if refuse_empty:
+        refuse_no_runs(table, warnings, sources)
     finished = set(table.loc[table["kind"] == "run", "run"]) if not table.empty else set()
     coverage = suite_coverage(
         manifest_folders(sources),

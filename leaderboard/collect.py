@@ -76,7 +76,7 @@ from creditbench.harness.records.files import (
     budget_auc,
     find_runs,
     is_run_archive,
-    read_metric_lines,
+    read_finished_metrics,
     read_record_bytes,
     read_run_config,
     run_name,
@@ -84,8 +84,11 @@ from creditbench.harness.records.files import (
 )
 
 from .records import (
+    ACCURACIES,
+    MAX_SPENT,
     NOT_A_SETTING,
     SAMPLES_EVAL,
+    out_of_range,
     read_records,
     run_record,
 )
@@ -205,12 +208,18 @@ def _read_run(run: Path) -> RunRecords:
             )
     if not isinstance(config.get("method"), str) or not isinstance(config.get("seed"), int):
         raise RunFormatError("corrupt config.yaml (no method name or integer seed)")
+    if (problem := out_of_range("seed", config["seed"])) is not None:
+        raise DamagedRunError(f"{run / 'config.yaml'}: {problem}; repair or remove the run")
     try:
-        records = [record for _, record in read_metric_lines(run / "metrics.jsonl")]
+        numbered = read_finished_metrics(run / "metrics.jsonl")
+        for number, record in numbered:
+            if isinstance(record.get("eval"), dict):
+                _check_eval_numbers(record["eval"], f"{run / 'metrics.jsonl'}:{number}")
     except DamagedRunError:
         raise
     except RunFormatError as err:  # the harness never writes such a line: damage, or an edit
         raise DamagedRunError(f"{err}; repair or remove the run") from None
+    records = [record for _, record in numbered]
     by_fraction: dict[float, dict] = {}
     by_count: dict[int, dict] = {}
     steps = []
@@ -230,6 +239,7 @@ def _read_run(run: Path) -> RunRecords:
     if not by_fraction:
         raise RunFormatError("finished but metrics.jsonl holds no evaluation")
     evals = [dict(by_fraction[f], fraction=f) for f in sorted(by_fraction)]
+    _check_final_evaluation(run, summary, evals[-1])
     if spent_fraction(evals[-1]) < 1.0:
         raise RunFormatError(
             f"its evaluations end at {spent_fraction(evals[-1]):.3g} of the budget, short of "
@@ -237,6 +247,41 @@ def _read_run(run: Path) -> RunRecords:
         )
     counted = [by_count[n] for n in sorted(by_count)]
     return RunRecords(config, evals, counted, steps, _run_seconds(summary, records))
+
+
+# an evaluation's numbers and their ranges (records.RANGES): in metrics.jsonl "fraction" is the
+# scheduled share of the budget and "budget_fraction" the share spent
+EVAL_RANGES = {
+    **{metric: (0.0, 1.0) for metric in ACCURACIES},
+    "fraction": (0.0, 1.0),
+    "budget_fraction": (0.0, MAX_SPENT),
+    "mean_length": (0.0, math.inf),
+}
+
+
+def _check_eval_numbers(entry: dict[str, Any], where: str) -> None:
+    """``RunFormatError`` naming ``where`` (the file and line) for a number of an evaluation
+    that no run records: an accuracy of NaN, -5 or 1e308, a budget share of 1e308."""
+    for key in EVAL_RANGES:
+        if entry.get(key) is not None:
+            problem = out_of_range(key, entry[key], EVAL_RANGES)
+            if problem is not None:
+                raise RunFormatError(f"{where}: {problem}")
+
+
+def _check_final_evaluation(run: Path, summary: dict[str, Any], last: dict[str, Any]) -> None:
+    """``DamagedRunError`` when the last evaluation of ``metrics.jsonl`` is not the one
+    ``summary.json`` records as the run's final one: the file lost its last lines (a copy cut
+    at a line's end), and reading it would put an earlier accuracy in the run's place."""
+    final = summary.get("final_eval")
+    if not isinstance(final, dict):
+        return  # a summary written without it
+    if final.get("step") != last.get("step") or final.get("fraction") != last.get("fraction"):
+        raise DamagedRunError(
+            f"{run / 'metrics.jsonl'}: ends before the final evaluation summary.json records "
+            f"(step {final.get('step')}, fraction {final.get('fraction')}): its last lines are "
+            "lost; repair or remove the run"
+        )
 
 
 def _count(value: Any) -> bool:
@@ -458,3 +503,15 @@ def collect_runs(sources: str | Path | Iterable[str | Path]) -> tuple[pd.DataFra
         table = pd.DataFrame(columns=front)
     rest = [c for c in table.columns if c not in front]
     return table[front + rest], warnings
+
+
+def refuse_no_runs(table: pd.DataFrame, warnings: list[str], sources: Iterable[Any]) -> None:
+    """``RunFormatError`` when ``table`` (:func:`collect_runs` of ``sources``) holds no finished
+    run, naming the sources and the first runs skipped: what ``leaderboard``, ``claims`` and
+    ``validate`` say of a folder of something else, an empty one, or runs none of which
+    finished."""
+    if not table.empty and (table["kind"] == "run").any():
+        return
+    where = ", ".join(str(s) for s in sources)
+    detail = f"; skipped: {'; '.join(warnings[:5])}" if warnings else ""
+    raise RunFormatError(f"{where}: holds no finished run{detail}")

@@ -45,6 +45,7 @@ from .board import summarize
 from .collect import collect_runs
 from .oracle_price import price_sentence
 from .papers import reported_results
+from .records import spreadsheet_safe
 from .samples import samples_sentence, samples_table
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups
 from .suite_manifests import manifest_folders, suite_coverage, suite_names
@@ -395,7 +396,10 @@ def render(
         if not source.exists():
             raise LeaderboardError(f"{source}: no such results directory or runs.csv")
     if out_dir is None and not paths_in[0].is_dir():
-        raise LeaderboardError(f"{paths_in[0]}: not a folder; say where to write with --out")
+        raise LeaderboardError(
+            f"{paths_in[0]}: is a file, not a results folder; a runs.csv is read with --out "
+            "naming where to write the board"
+        )
     try:
         table, warnings = collect_runs(paths_in)
     except (FileNotFoundError, RunFormatError) as err:
@@ -408,7 +412,7 @@ def render(
     out = Path(out_dir) if out_dir is not None else paths_in[0]
     if records_only:
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "runs.csv", table.to_csv(index=False))
+        atomic_write_text(out / "runs.csv", spreadsheet_safe(table).to_csv(index=False))
         return {"runs_csv": out / "runs.csv"}
     stats = summarize(table, reps=reps)
     papers, paper_warnings = reported_results(set(stats["methods"]["task"]))
@@ -434,8 +438,8 @@ def render(
     blocks.append(("p", provenance(table)))
     texts = {
         "markdown": ("leaderboard.md", to_markdown(blocks)),
-        "csv": ("leaderboard.csv", stats["methods"].to_csv(index=False)),
-        "runs_csv": ("runs.csv", table.to_csv(index=False)),
+        "csv": ("leaderboard.csv", spreadsheet_safe(stats["methods"]).to_csv(index=False)),
+        "runs_csv": ("runs.csv", spreadsheet_safe(table).to_csv(index=False)),
         "html": ("leaderboard.html", to_html(blocks, figures, f"creditbench leaderboard: {name}")),
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .collect import collect_runs
+from .collect import collect_runs, refuse_no_runs
 from .gains import MIN_PAIRS_FOR_A_CLAIM, gain, paired_gaps
 from .saturation import seed_interval
 from .stats import (
@@ -319,9 +319,15 @@ def _share(value: float) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:.2f}"
 
 
-def validation_report(results_dir: str | Path, *, reps: int = 2000) -> tuple[str, str]:
-    """``(validation.md, validation.csv)`` of a results directory."""
+def validation_report(
+    results_dir: str | Path, *, reps: int = 2000, refuse_empty: bool = False
+) -> tuple[str, str]:
+    """``(validation.md, validation.csv)`` of a results directory. With ``refuse_empty``, one
+    that holds no finished run is a ``RunFormatError``, as the leaderboard refuses it (the
+    command line's ``validate``), not a report of nothing."""
     table, warnings = collect_runs(results_dir)
+    if refuse_empty:
+        refuse_no_runs(table, warnings, [results_dir])
     rows = validation_table(table, reps=reps)
     return _markdown(rows, warnings), validation_csv(rows) if not rows.empty else ""
 

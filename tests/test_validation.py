@@ -96,8 +96,11 @@ def test_a_base_recipe_is_a_setting_and_the_length_trend_reads_lengths():
 
 
 def test_validate_report_only_on_a_folder_without_runs(tmp_path, capsys):
-    assert main(["validate", "--report-only", "--results", str(tmp_path)]) == 0
-    assert "No finished runs" in (tmp_path / "validation.md").read_text()
+    # refused as the leaderboard refuses it, nothing written (the library still reports it)
+    assert main(["validate", "--report-only", "--results", str(tmp_path)]) == 2
+    assert "holds no finished run" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert "No finished runs" in validation_markdown(tmp_path)
     assert main(["validate", "--report-only", "--results", str(tmp_path / "missing")]) == 2
     assert "--results" in capsys.readouterr().err
     assert "Does not separate" not in validation_markdown(tmp_path)
@@ -286,8 +289,10 @@ def test_the_length_line_claims_growth_only_where_the_intervals_are_apart(monkey
 
     grpo = [0.30, 0.50, 0.40, 0.60, 0.35]
     rows = []
-    for options, gaps in (("steps=8", [0.01, 0.03, 0.02, 0.04, 0.00]),
-                          ("steps=12", [0.02, 0.04, 0.03, 0.05, 0.01])):
+    for options, gaps in (
+        ("steps=8", [0.01, 0.03, 0.02, 0.04, 0.00]),
+        ("steps=12", [0.02, 0.04, 0.03, 0.05, 0.01]),
+    ):
         oracle = [g + d for g, d in zip(grpo, gaps, strict=True)]
         rows += run_rows(options, "default", "grpo", grpo, grpo)
         rows += run_rows(options, "default", "oracle", oracle, oracle)

@@ -132,15 +132,34 @@ def read_metric_lines(
     complete line that is not a JSON object with an integer ``"step"`` (and a list under each
     key of ``lists``) is an error naming the file and line.
     """
-    path = Path(path)
+    return [(line, record) for _, line, record in _numbered_lines(Path(path), lists)]
+
+
+def read_finished_metrics(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` of every line of a finished run's ``metrics.jsonl``, read as
+    :func:`read_metric_lines` reads it, except that a last line without its newline is an error
+    naming the file and line: a finished run wrote every line whole, so a torn one is damage
+    (a copy cut short), never a crash mid-append to ignore."""
+    return [(n, record) for n, _, record in _numbered_lines(Path(path), (), torn_is_damage=True)]
+
+
+def _numbered_lines(
+    path: Path, lists: tuple[str, ...], *, torn_is_damage: bool = False
+) -> list[tuple[int, str, dict[str, Any]]]:
     try:
         text = read_record_text(path)
     except FileNotFoundError:
         return []
     except UnicodeDecodeError:
         raise RunFormatError(f"{path}: not UTF-8 text") from None
+    lines = text.split("\n")
+    if torn_is_damage and lines[-1].strip():
+        raise RunFormatError(
+            f"{path}:{len(lines)}: the last line is cut short (no newline at its end), in a "
+            "run that finished"
+        )
     out = []
-    for number, line in enumerate(text.split("\n")[:-1], start=1):
+    for number, line in enumerate(lines[:-1], start=1):
         if not line.strip():
             continue
         try:
@@ -155,7 +174,7 @@ def read_metric_lines(
         for key in lists:
             if not isinstance(record.get(key), list):
                 raise RunFormatError(f'{path}:{number}: "{key}" is missing or not a list')
-        out.append((line, record))
+        out.append((number, line, record))
     return out
 
 

@@ -79,6 +79,12 @@ class RunLockedError(RunDirError):
     """Another process is writing the run directory; the message names it."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint file that could not be written, reported by torch or safetensors in their own
+    words (torch's ``RuntimeError: ... unexpected pos`` on a full disk) rather than as an
+    OSError: an OSError here, so whoever handles a failed write handles this one too."""
+
+
 def check_creatable(path: str | Path, field: str) -> None:
     """`RunDirError` naming ``field`` unless ``path`` is a folder, or one can be made there: the
     nearest part of it that exists must be a writable folder, not a file."""
@@ -107,10 +113,28 @@ def check_not_inside_a_run(path: str | Path, field: str) -> None:
 
 
 def _torch_save_synced(obj: Any, path: Path) -> None:
-    with open(path, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    with os.fdopen(fd, "wb") as f:
+        try:
+            torch.save(obj, f)
+            f.flush()
+        except RuntimeError as err:  # torch's writer on a short write: "unexpected pos ..."
+            detail = str(err).strip().splitlines()[-1] if str(err).strip() else "failed"
+            failed = f"the write failed ({detail})"
+            raise CheckpointWriteError(errno.EIO, failed, str(path)) from None
         os.fsync(f.fileno())
+
+
+def _save_model(model: Any, folder: Path) -> None:
+    """``save_pretrained`` into ``folder``; a failed write that safetensors or torch report in
+    their own words is a :class:`CheckpointWriteError`."""
+    from safetensors import SafetensorError
+
+    try:
+        model.save_pretrained(folder)
+    except (RuntimeError, SafetensorError) as err:
+        detail = str(err).strip().splitlines()[-1] if str(err).strip() else "failed"
+        raise CheckpointWriteError(errno.EIO, f"the write failed ({detail})", str(folder)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,6 +177,30 @@ class RunDir:
         self.tensorboard_path = self.path / "tensorboard"
 
     # --- config and status -------------------------------------------------------------------
+
+    # every path of a run the harness writes: none may be a link, or a write would land in its
+    # target (in a shared results folder, any file the run's user may write)
+    def _written_paths(self) -> tuple[Path, ...]:
+        return (
+            self.config_path,
+            self.environment_path,
+            self.metrics_path,
+            self.responses_path,
+            self.summary_path,
+            self.checkpoints_path,
+            self.tensorboard_path,
+            self.path / LOCK_FILE,
+        )
+
+    def check_no_links(self) -> None:
+        """``RunDirError`` naming the first file or folder of the run that is a symbolic link,
+        checked before anything is written: a run writes only plain files in its own folder."""
+        for path in self._written_paths():
+            if path.is_symlink():
+                raise RunDirError(
+                    f"{path}: is a symbolic link; a run writes only plain files in its own "
+                    "folder (remove the link)"
+                )
 
     def check_config(self, config_dict: dict[str, Any]) -> None:
         """``RunDirError`` when the run saved here (finished or not) has another config."""
@@ -204,6 +252,7 @@ class RunDir:
     def create(self, config_dict: dict[str, Any], environment: dict[str, Any]) -> None:
         """Write config.yaml and environment.json; an existing run must have the same config."""
         normalized = json.loads(json.dumps(config_dict))
+        self.check_no_links()
         if self.config_path.exists():
             self.check_config(normalized)
         else:
@@ -242,22 +291,24 @@ class RunDir:
 
     @staticmethod
     def _drop_torn_tail(path: Path) -> None:
-        """Cut a last line left without its newline by a crash mid-append."""
+        """Cut a last line left without its newline by a crash mid-append (never through a
+        link: :meth:`check_no_links` refused one before the run wrote anything)."""
         try:
-            with open(path, "rb+") as f:
-                size = f.seek(0, os.SEEK_END)
-                if size == 0:
-                    return
-                f.seek(size - 1)
-                if f.read(1) == b"\n":
-                    return
-                f.seek(0)
-                data = f.read()
-                f.truncate(data.rfind(b"\n") + 1)
-                f.flush()
-                os.fsync(f.fileno())
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         except FileNotFoundError:
             return
+        with os.fdopen(fd, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            f.seek(0)
+            data = f.read()
+            f.truncate(data.rfind(b"\n") + 1)
+            f.flush()
+            os.fsync(f.fileno())
 
     def _append_line(self, path: Path, record: dict[str, Any]) -> None:
         if not isinstance(record.get("step"), int):
@@ -265,7 +316,8 @@ class RunDir:
         line = (json.dumps(record) + "\n").encode("utf-8")
         self.path.mkdir(parents=True, exist_ok=True)
         self._drop_torn_tail(path)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides
+        # the umask decides the mode; a link is refused (ELOOP), never appended through
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         try:
             written = os.write(fd, line)
             if written != len(line):  # a short write is a torn line: cut it now
@@ -374,6 +426,7 @@ class RunDir:
 
         Checkpoints of later steps (an abandoned future after a resume) are removed too.
         """
+        self.check_no_links()
         self.checkpoints_path.mkdir(parents=True, exist_ok=True)
         for child in self.checkpoints_path.iterdir():  # leftovers of an earlier crash
             if child.name.startswith((".tmp-", ".trash-")):
@@ -383,7 +436,7 @@ class RunDir:
         tmp = self.checkpoints_path / f".tmp-{final.name}-{os.getpid()}"
         tmp.mkdir()
         try:
-            model.save_pretrained(tmp)
+            _save_model(model, tmp)
             if tokenizer is not None:
                 tokenizer.save_pretrained(tmp)
             _torch_save_synced(optimizer_state, tmp / "optimizer.pt")

@@ -109,6 +109,7 @@ class Trainer:
         check_creatable(run_dir.path, "output_dir")
         check_not_inside_a_run(run_dir.path, "output_dir")
         run_dir.check_config(to_dict(self.config))  # a finished run of another config too
+        run_dir.check_no_links()  # before the first write, not at it
         self.device = resolve_device(self.config.device)
 
     # The evaluation at budget fraction 0 grades the base policy, the same for every method at

@@ -125,7 +125,7 @@ def from_dict(cls: type, data: Any, path: str = "") -> Any:
             message = f"unknown key {_join(path, str(key))!r}"
             close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
             if close:
-                message += f"; did you mean {close[0]!r}?"
+                message += f"; did you mean {_join(path, close[0])!r}?"
             else:
                 message += f"; known keys: {', '.join(fields)}"
             raise ConfigError(message)

@@ -94,10 +94,12 @@ def test_overrides_parse_yaml_scalars(tmp_path):
 
 def test_unknown_key_suggests_the_nearest(tmp_path):
     with pytest.raises(
-        ConfigError, match=r"unknown key 'rollout.group_sise'; did you mean 'group_size'\?"
+        ConfigError, match=r"unknown key 'rollout.group_sise'; did you mean 'rollout.group_size'\?"
     ):
         load_config(None, ["rollout.group_sise=4"])
-    with pytest.raises(ConfigError, match=r"unknown key 'method_options.eps_hgih'.*'eps_high'"):
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'method_options.eps_hgih'.*'method_options.eps_high'"
+    ):
         load_config(None, ["method_options.eps_hgih=0.3"])
     with pytest.raises(ConfigError, match=r"unknown key 'sed'; did you mean 'seed'"):
         load_config(write(tmp_path, "sed: 1\n"))
@@ -196,5 +198,3 @@ def test_method_config_validation_names_method_options():
 def test_direct_construction_runs_the_same_checks():
     with pytest.raises(ValueError, match=r"^amount: must be >= 0"):
         BudgetConfig(amount=-1)
-
-

@@ -10,6 +10,7 @@ optimizer, the budget meter and the services a method sees.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,10 @@ def check_run(config: RunConfig, method_cls: Any, task: Any) -> None:
         )
     if config.model.path is not None:
         _check_model_folder(Path(config.model.path), config.model.gguf_file)
+        if config.model.gguf_file is None:
+            check_context(config.rollout.max_new_tokens, Path(config.model.path), "rollout")
         return
+    check_context(config.rollout.max_new_tokens, None, "rollout")
     from creditbench.harness.models.bootstrap import as_bootstrap_config, task_alphabet
 
     try:
@@ -91,12 +95,49 @@ def check_run(config: RunConfig, method_cls: Any, task: Any) -> None:
         raise ConfigError(str(err)) from None
 
 
+def model_context(model_dir: Path | None) -> int | None:
+    """The longest sequence the model in ``model_dir`` takes (``max_position_embeddings`` of its
+    ``config.json``, or GPT-2's ``n_positions``); the built-in presets' when ``model_dir`` is
+    None; None when its config names none."""
+    from creditbench.harness.models.modeling import MAX_POSITIONS
+
+    if model_dir is None:
+        return MAX_POSITIONS
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the loader names what is wrong with it
+    for key in ("max_position_embeddings", "n_positions"):
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def check_context(max_new_tokens: int, model_dir: Path | None, flag: str) -> None:
+    """ConfigError naming ``<flag>.max_new_tokens`` (or the flag itself) when the responses
+    asked for leave the model's context no room for a prompt: a mistyped 10**9 allocated
+    32 GB in the first rollout and failed there, after the run folder was made."""
+    context = model_context(model_dir)
+    if context is not None and max_new_tokens >= context:
+        field = f"{flag}.max_new_tokens" if not flag.startswith("--") else flag
+        raise ConfigError(
+            f"{field}: must be below the model's context of {context:,} tokens, which also "
+            f"holds the prompt (got {max_new_tokens:,})"
+        )
+
+
 def resolve_device(name: str) -> torch.device:
     """The torch device of ``device``: ``auto`` is a GPU where one is usable, else the CPU. A
     GPU asked for and not usable here is a :class:`ConfigError` naming the field."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(
+            f"device: mps is not available here (torch {torch.__version__}, Apple GPUs only); "
+            "use device=cpu, or device=auto"
+        )
     if device.type == "cuda":
         if not torch.cuda.is_available():
             built = "without CUDA" if torch.version.cuda is None else "and no GPU is visible"

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from creditbench.tools.cli.common import positive_int, usage_error
+from creditbench.tools.cli.common import positive_int, seed_value, thread_count, usage_error
 
 
 def parse_task_options(items: list[str]) -> dict[str, Any]:
@@ -59,13 +59,15 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
 
         # On busy cores one thread can be many times faster than two that wait for each other.
         torch.set_num_threads(args.threads)
-    if args.out is not None and not Path(args.out).exists():
-        from creditbench.harness.records.rundir import RunDirError, check_creatable
+    from creditbench.harness.records.rundir import RunDirError, check_creatable
 
-        try:  # before minutes of pre-training: the folder must be one that can be made
+    try:  # before minutes of pre-training: the folders must be ones that can be made
+        if args.cache_dir is not None:
+            check_creatable(args.cache_dir, "--cache-dir")
+        if args.out is not None and not Path(args.out).exists():
             check_creatable(Path(args.out).parent, "--out")
-        except RunDirError as err:
-            return usage_error("bootstrap", str(err))
+    except RunDirError as err:
+        return usage_error("bootstrap", str(err))
     if args.out is not None and Path(args.out).exists():
         return usage_error(
             "bootstrap", f"--out: {args.out} exists; remove it or choose another directory"
@@ -161,7 +163,7 @@ def add_bootstrap_commands(subparsers: Any) -> None:
     p.add_argument("--steps", type=positive_int, help="SFT optimizer steps")
     p.add_argument("--batch-size", type=positive_int, help="SFT examples per step")
     p.add_argument("--lr", type=float, help="peak learning rate")
-    p.add_argument("--seed", type=int, help="bootstrap seed")
+    p.add_argument("--seed", type=seed_value, help="bootstrap seed, in [0, 2**32)")
     p.add_argument("--teacher", action="store_true", help="the stronger teacher checkpoint")
     p.add_argument("--force", action="store_true", help="retrain even when cached or shipped")
     p.add_argument("--no-shipped", action="store_true", help="ignore checkpoints in the package")
@@ -172,7 +174,7 @@ def add_bootstrap_commands(subparsers: Any) -> None:
     p.add_argument("--n-eval", type=positive_int, default=200, help="eval problems for --bench")
     p.add_argument("--max-new-tokens", type=positive_int, default=256, help="generation length cap")
     p.add_argument(
-        "--threads", type=positive_int, help="torch CPU threads (default: torch's choice)"
+        "--threads", type=thread_count, help="torch CPU threads (default: torch's choice)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_bootstrap)

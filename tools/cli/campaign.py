@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from creditbench.tools.cli.common import positive_int, usage_error
+from creditbench.tools.cli.common import positive_int, thread_count, usage_error
 
 
 def _cmd_campaign(args: argparse.Namespace) -> int:
@@ -68,7 +68,7 @@ def add_campaign_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--workers", type=positive_int, help="parallel runs (default: one per core)")
     p.add_argument(
-        "--threads", type=positive_int, default=1, help="torch threads per run (default: 1)"
+        "--threads", type=thread_count, default=1, help="torch threads per run (default: 1)"
     )
     p.set_defaults(
         func=_cmd_campaign,

@@ -6,7 +6,7 @@ import argparse
 import random
 
 from creditbench.harness.tasks.base import STEP_CHECK, TEACHER, capabilities_of
-from creditbench.tools.cli.common import positive_int, usage_error
+from creditbench.tools.cli.common import positive_int, seed_value, usage_error
 
 
 def _option(text: str) -> tuple[str, object]:
@@ -28,7 +28,7 @@ def add_data_commands(subparsers) -> None:
     p.add_argument("task", help="a task name (see 'creditbench data list')")
     p.add_argument("--n", type=positive_int, default=3, help="how many problems (default 3)")
     p.add_argument("--split", default="eval", help="train or eval (real data: test = eval)")
-    p.add_argument("--seed", type=int, default=0, help="picks the problems and the samples")
+    p.add_argument("--seed", type=seed_value, default=0, help="picks the problems and the samples")
     p.add_argument(
         "--option",
         "-o",

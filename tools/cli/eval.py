@@ -13,7 +13,9 @@ from pathlib import Path
 from creditbench.tools.cli.common import (
     positive_int,
     quiet_transformers,
+    seed_value,
     set_threads,
+    thread_count,
     usage_error,
 )
 
@@ -51,6 +53,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except (ConfigError, KeyError, TypeError, ValueError) as err:
         message = err.args[0] if err.args else str(err)
         return usage_error("eval", str(message))
+    from creditbench.harness.training.setup import check_context
+
+    max_new_tokens = args.max_new_tokens or run_config.rollout.max_new_tokens
+    try:
+        flag_or_field = "--max-new-tokens" if args.max_new_tokens else "rollout"
+        check_context(max_new_tokens, source, flag_or_field)
+    except ConfigError as err:
+        return usage_error("eval", str(err))
     try:
         model, tokenizer = load_policy(source)
     except ConfigError as err:
@@ -64,7 +74,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         greedy=ev.greedy,
         temperature=ev.temperature,
         batch_size=ev.batch_size,
-        max_new_tokens=args.max_new_tokens or run_config.rollout.max_new_tokens,
+        max_new_tokens=max_new_tokens,
         seed=args.seed,
         drift_threshold=args.drift_threshold,
         decoding_rule=rule,
@@ -121,8 +131,8 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=positive_int, help="samples per problem for the sampled accuracy")
     p.add_argument("--temperature", type=float)
     p.add_argument("--max-new-tokens", type=positive_int)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=positive_int)
+    p.add_argument("--seed", type=seed_value, default=0, help="in [0, 2**32) (default 0)")
+    p.add_argument("--threads", type=thread_count, help="torch CPU threads, at most the CPUs")
     p.add_argument(
         "--decode-with",
         metavar="METHOD",

@@ -21,6 +21,7 @@ from creditbench.tools.cli.common import (
     positive_int,
     quiet_transformers,
     set_threads,
+    thread_count,
     usage_error,
 )
 
@@ -88,9 +89,11 @@ def _explain_methods(args: argparse.Namespace) -> int:
     from creditbench.leaderboard.explain import side_by_side
     from creditbench.tools.explain import explain_methods
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not methods:
+    methods = [m.strip() for m in args.methods.split(",")]
+    if not any(methods):
         return usage_error("explain", "--methods: name at least one method")
+    if not all(methods):  # "grpo,,rloo": a name left out, not a list of two
+        return usage_error("explain", f"--methods: {args.methods!r} has an empty name")
     if args.responses < 1:
         return usage_error("explain", f"--responses: must be >= 1 (got {args.responses})")
     out = Path(args.out or "explain")
@@ -133,5 +136,5 @@ def add_explain_command(subparsers) -> None:
     )
     add_set_option(p)
     p.add_argument("--out", help="where to write credit.html and credit.png")
-    p.add_argument("--threads", type=positive_int)
+    p.add_argument("--threads", type=thread_count, help="torch CPU threads, at most the CPUs")
     p.set_defaults(func=_cmd_explain)

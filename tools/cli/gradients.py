@@ -13,6 +13,7 @@ from creditbench.tools.cli.common import (
     positive_int,
     quiet_transformers,
     set_threads,
+    thread_count,
     unknown_method,
     usage_error,
 )
@@ -49,5 +50,5 @@ def add_gradients_command(sub: argparse._SubParsersAction) -> None:
         "--reference", default="oracle", help="whose mean gradient to agree with (default oracle)"
     )
     p.add_argument("--batches", type=positive_int, default=12, help="batches (default 12)")
-    p.add_argument("--threads", type=positive_int)
+    p.add_argument("--threads", type=thread_count, help="torch CPU threads, at most the CPUs")
     p.set_defaults(func=_cmd_gradients)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.tools.cli.common import positive_int, usage_error
+from creditbench.tools.cli.common import positive_int, resample_count, usage_error
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
@@ -58,7 +58,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         )
     chosen = [cards[card] for card in (args.card or sorted(cards))]
     try:
-        page = claims_page(chosen, args.sources, reps=args.reps)
+        page = claims_page(chosen, args.sources, reps=args.reps, refuse_empty=True)
     except (FileNotFoundError, RunFormatError) as err:
         return usage_error("claims", str(err))
     if args.out is not None:
@@ -92,7 +92,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if code != 0:
             print("creditbench validate: some runs failed; the report covers the finished ones")
     try:
-        report, table = validation_report(results, reps=args.reps)
+        report, table = validation_report(results, reps=args.reps, refuse_empty=True)
     except RunFormatError as err:
         return usage_error("validate", str(err))
     folder = results if results.is_dir() else results.parent  # beside a runs.csv
@@ -121,7 +121,7 @@ def add_leaderboard_commands(subparsers) -> None:
     )
     p.add_argument(
         "--reps",
-        type=positive_int,
+        type=resample_count,
         default=2000,
         help="bootstrap resamples per interval (default 2000)",
     )
@@ -145,7 +145,7 @@ def add_leaderboard_commands(subparsers) -> None:
     p.add_argument("--card", action="append", default=[], help="one card's claims (repeatable)")
     p.add_argument("--out", default=None, help="also write the page to this file")
     p.add_argument(
-        "--reps", type=positive_int, default=2000, help="bootstrap resamples (default 2000)"
+        "--reps", type=resample_count, default=2000, help="bootstrap resamples (default 2000)"
     )
     p.set_defaults(func=_cmd_claims)
 
@@ -164,6 +164,6 @@ def add_leaderboard_commands(subparsers) -> None:
         "--report-only", action="store_true", help="only write the report of finished runs"
     )
     p.add_argument(
-        "--reps", type=positive_int, default=2000, help="bootstrap resamples (default 2000)"
+        "--reps", type=resample_count, default=2000, help="bootstrap resamples (default 2000)"
     )
     p.set_defaults(func=_cmd_validate)

@@ -76,6 +76,25 @@ def _terminate_like_ctrl_c(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a command a closed pipe stops returns
+
+
+def _reader_gone() -> int:
+    """A pipe whose reader closed: stop quietly, as a shell command stopped by SIGPIPE does.
+    Standard output now points at /dev/null, so the interpreter's last flush at exit finds no
+    broken pipe to report (the Python documentation's recipe, "Note on SIGPIPE")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a descriptor (captured): nothing to flush
+        pass
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     keep_freed_memory()
     if threading.current_thread() is threading.main_thread() and (
@@ -89,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         print(err, file=sys.stderr)
         return EXIT_USAGE
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return code
+    except BrokenPipeError:  # `creditbench methods | head -1`: the reader has all it wants
+        return _reader_gone()
     except PluginError as err:  # any command may be the first to load the registry
         return usage_error(args.command, str(err))
     except MissingPackageError as err:  # any command may be the first to read a task's data

@@ -49,7 +49,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     if missing:
         return usage_error(
             "conformance",
-            f'the checks need {" and ".join(missing)}: pip install "creditbench[test]"',
+            f'the checks need {" and ".join(missing)}: pip install -e ".[test]" in the clone',
         )
 
     from creditbench.harness.conformance.runner import run_checks

@@ -15,6 +15,7 @@ from creditbench.tools.cli.common import (
     positive_int,
     quiet_transformers,
     set_threads,
+    thread_count,
     unknown_method,
     usage_error,
 )
@@ -70,5 +71,5 @@ def add_perf_command(sub: argparse._SubParsersAction) -> None:
         help="one hard-setting run's core-seconds, training and evaluation apart, before and "
         "after protocol 2 (the standard suite's hard GRPO run), side by side",
     )
-    p.add_argument("--threads", type=positive_int)
+    p.add_argument("--threads", type=thread_count, help="torch CPU threads, at most the CPUs")
     p.set_defaults(func=_cmd_perf)

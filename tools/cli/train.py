@@ -18,9 +18,10 @@ from pathlib import Path
 
 from creditbench.tools.cli.common import (
     add_set_option,
-    positive_int,
     quiet_transformers,
+    seed_value,
     set_threads,
+    thread_count,
     usage_error,
 )
 
@@ -68,10 +69,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 overrides.append(f"task={args.task}")
             if args.seed is not None:
                 overrides.append(f"seed={args.seed}")
+            for flag, value in (("--output", args.output), ("--name", args.name)):
+                if value is not None and not _utf8(value):
+                    return usage_error("train", f"{flag}: {value!r} is not UTF-8 text")
+            # as YAML strings that keep every character (JSON escapes would split an emoji
+            # into two halves YAML cannot join)
             if args.output is not None:
-                overrides.append(f"output_dir={json.dumps(args.output)}")
+                overrides.append(f"output_dir={json.dumps(args.output, ensure_ascii=False)}")
             if args.name is not None:
-                overrides.append(f"run_name={json.dumps(args.name)}")
+                overrides.append(f"run_name={json.dumps(args.name, ensure_ascii=False)}")
             # The trainer resolves the method's options (once); loading only parses and checks.
             config = load_config(args.config, [*overrides, *args.overrides], resolve=False)
             trainer = Trainer(config)
@@ -91,7 +97,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 1
     except OSError as err:  # a full disk, a folder gone read-only, a file gone: say which
         print(f"creditbench train: stopped: {_os_failure(err, trainer)}", file=sys.stderr)
-        return 1
+        # a run refused before its first record (a cache path that is a file) left nothing
+        # behind: a usage error; a run stopped part-way keeps its checkpoint
+        return 1 if trainer.run_dir.path.exists() else 2
     finally:
         bar.close()
     print(f"{trainer.run_dir.path}")
@@ -107,8 +115,13 @@ _WRITE_ERRNOS = frozenset((errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG)
 def _os_failure(err: OSError, trainer) -> str:
     """One line: what failed, on which path, and what is kept (the last complete checkpoint,
     or none yet), with the command that resumes."""
+    from creditbench.harness.records.rundir import CheckpointWriteError
+
     where = f"{err.filename}: " if err.filename else ""
-    what = "cannot write" if err.errno in _WRITE_ERRNOS else "cannot use"
+    written = err.errno in _WRITE_ERRNOS or isinstance(err, CheckpointWriteError)
+    what = "cannot write" if written else "cannot use"
+    if not trainer.run_dir.path.exists():  # removed again: nothing to resume
+        return f"{what} {where}{err.strerror or err}; nothing was kept (no run was started)"
     latest = trainer.run_dir.latest_checkpoint()
     kept = (
         f"the last complete checkpoint ({latest.name}) is kept"
@@ -117,6 +130,16 @@ def _os_failure(err: OSError, trainer) -> str:
     )
     resume = f"creditbench train --resume {trainer.run_dir.path}"
     return f"{what} {where}{err.strerror or err}; {kept}: {resume}"
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` (an argument) is UTF-8 text; bytes that are not arrive as lone
+    surrogates, which no file name written by the run could hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _progress_bar:  # noqa: N801 - used like a function
@@ -167,11 +190,11 @@ def add_train_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", help="a registered method (see `creditbench methods`)")
     p.add_argument("--task", help="a task name (default: chain)")
     p.add_argument("--config", help="a YAML run config")
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=seed_value, help="an integer in [0, 2**32) (default 0)")
     p.add_argument("--output", help="the parent folder of run directories (default: runs)")
     p.add_argument("--name", help="the run directory's name (default: METHOD-TASK-sSEED)")
     add_set_option(p)
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    p.add_argument("--threads", type=positive_int, help="torch CPU threads")
+    p.add_argument("--threads", type=thread_count, help="torch CPU threads, at most the CPUs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_train)

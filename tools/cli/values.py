@@ -10,9 +10,11 @@ from pathlib import Path
 
 from creditbench.tools.cli.common import (
     add_set_option,
+    not_a_regular_file,
     positive_int,
     quiet_transformers,
     set_threads,
+    thread_count,
     usage_error,
 )
 
@@ -30,6 +32,8 @@ def _cmd_values(args: argparse.Namespace) -> int:
 
         if Path(args.out).is_dir():
             return usage_error("values", f"--out: {args.out} is a folder; name a CSV file")
+        if (problem := not_a_regular_file(args.out)) is not None:  # writing one would block
+            return usage_error("values", f"--out: {problem}")
         try:  # before the continuations are sampled, not after
             check_creatable(Path(args.out).parent, "--out")
         except RunDirError as err:
@@ -75,5 +79,5 @@ def add_values_command(sub: argparse._SubParsersAction) -> None:
         help="an earlier --out CSV of the same states: take its Monte-Carlo values instead of "
         "sampling them again (a changed estimator checked in seconds)",
     )
-    p.add_argument("--threads", type=positive_int)
+    p.add_argument("--threads", type=thread_count, help="torch CPU threads, at most the CPUs")
     p.set_defaults(func=_cmd_values)

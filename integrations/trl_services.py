@@ -11,9 +11,12 @@ creditbench task the task's prompt variants, problems and answers of each row. T
 the budget fraction are TRL's (``global_step / max_steps``), and `report` goes to TRL's logged
 metrics.
 
-Nothing here samples: a method whose rollout draws more than the plain batch (continuations,
-resets, repairs) is refused before training starts (`harness.services.engines`), and any service
-not listed raises NotImplementedError naming it.
+:class:`TRLServices` does not sample, and any service not listed raises NotImplementedError
+naming it. A method whose rollout draws more than the plain batch (continuations, resets,
+repairs, two roles) gets :class:`TRLRolloutServices` instead: the harness's own services
+(`HarnessServices`: its sampler, grader and scoring passes) on TRL's model, tokenizer and
+sampling settings, whose first draw of a step is the prompts TRL's sampler chose for it and
+whose further draws (DAPO's refills, a method's own) take the adapter's next prompts.
 
 On several processes every process holds the whole gathered batch and runs the method on it
 (as TRL's own group statistics do), but the forward passes are split: `score` and
@@ -31,9 +34,11 @@ from typing import Any
 import torch
 
 from creditbench.harness.budget import BudgetMeter
+from creditbench.harness.config import RolloutConfig
 from creditbench.harness.scoring.auxiliary import PolicyOptimizer
 from creditbench.harness.scoring.passes import ScoringPasses
 from creditbench.harness.scoring.scorers import Scorers
+from creditbench.harness.services.harness_services import HarnessServices
 from creditbench.harness.services.model_services import ModelServices
 from creditbench.harness.services.text import TaskText
 from creditbench.methods.core import RolloutBatch
@@ -131,9 +136,9 @@ class TRLServices(ModelServices):
         self.shards = shards
         self.step, self.budget_fraction = 0, 0.0
         self.stats: dict[str, float] = {}
-        scorers = Scorers(policy, BudgetMeter.for_model(policy), reference, None, optimizer)
+        self.scorers = Scorers(policy, BudgetMeter.for_model(policy), reference, None, optimizer)
         self.scoring = ScoringPasses(
-            scorers,
+            self.scorers,
             tokenizer,
             micro_batch_size=micro_batch_size,
             temperature=temperature,
@@ -174,9 +179,83 @@ class TRLServices(ModelServices):
         assert isinstance(scored, torch.Tensor)
         return scored
 
+    def track_ema(self, rate: float) -> None:
+        """Keep an exponential moving average of TRL's policy, scored as ``model="ema"``; the
+        adapter moves it once a generation batch, after that batch's updates
+        (`Scorers.after_update`), as the builtin trainer does once a step."""
+        self.scoring.track_ema(rate)
+
+    def on_policy_updated(self) -> None:
+        """After a generation batch's optimizer steps: move the moving average, if one is kept."""
+        self.scorers.after_update()
+
     # --- the rest of the Services contract: ModelServices; nothing samples ---------------------
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # Python's own protocol lookups (copy, pickle, hasattr)
             raise AttributeError(name)
         raise NotImplementedError(f"{name}: TRL's adapter does not offer it (nothing samples)")
+
+
+class TRLPrompts:
+    """The prompt schedule of :class:`TRLRolloutServices` (`PromptSchedule`'s interface): the
+    first sampling call of a step draws the problems TRL's sampler gave the step (``first``);
+    each further call the problems ``more()`` returns (the adapter's refill prompts)."""
+
+    def __init__(self, more: Callable[[], list[int]]) -> None:
+        self.more = more
+        self.first: list[int] = []
+        self._step, self._calls = -1, 0
+
+    def next_call(self, step: int) -> int:
+        if self._step != step:
+            self._step, self._calls = step, 0
+        self._calls += 1
+        return self._calls - 1
+
+    def indices(self, step: int, call: int = 0) -> list[int]:
+        return list(self.first) if call == 0 else self.more()
+
+
+class TRLRolloutServices(HarnessServices):
+    """The harness's services (`HarnessServices`) on TRL's model, for a method that samples its
+    own batch inside `CreditGRPOTrainer`: sampled with the harness's sampler (not TRL's vLLM),
+    graded by the task's grader (not TRL's reward functions), scored as the builtin trainer
+    scores; see the module.
+
+    Args:
+        task: the creditbench task the training set comes from.
+        policy, tokenizer: TRL's model (unwrapped) and processing class.
+        rollout: TRL's sampling settings as a `RolloutConfig` (``num_generations``,
+            ``max_completion_length``, ``temperature``, ``top_p``; the prompts a step).
+        micro_batch_size, seed, reference, optimizer: as :class:`TRLServices`.
+        more_prompts: the train-split indices of the next refill's prompts, for a draw after a
+            step's first.
+    """
+
+    def __init__(
+        self,
+        *,
+        task: Any,
+        policy: Any,
+        tokenizer: Any,
+        rollout: RolloutConfig,
+        micro_batch_size: int,
+        seed: int,
+        more_prompts: Callable[[], list[int]],
+        reference: Any = None,
+        optimizer: PolicyOptimizer | None = None,
+    ) -> None:
+        super().__init__(
+            task=task,
+            policy=policy,
+            tokenizer=tokenizer,
+            meter=BudgetMeter.for_model(policy),
+            rollout=rollout,
+            micro_batch_size=micro_batch_size,
+            seed=seed,
+            reference=reference,
+            policy_optimizer=optimizer,
+        )
+        self.prompts = TRLPrompts(more_prompts)
+        self.prompt_schedule = self.prompts  # type: ignore[assignment]

@@ -10,8 +10,9 @@ The host is an option, not a parent class. The rule's Config (a `HostedConfig`) 
 rule's own fields, ``base``, the name of the host, and ``host``, the host's own options, nested
 as in verl's config (``{base: dapo, host: {eps_high: 0.3}}``); the host is built from them as
 any method is, with the host's defaults, so ``base: dapo`` brings clip-higher, ``token-mean``
-and dynamic sampling without restating them. The host's `CreditMethod.rollout`,
-`CreditMethod.loss` and `CreditMethod.loss_mask` run unchanged; the rule computes its
+and dynamic sampling without restating them. The host's `CreditMethod.rollout`
+(and the `CreditMethod.group_filter` it amounts to), `CreditMethod.loss` and
+`CreditMethod.loss_mask` run unchanged; the rule computes its
 advantages from the host's `CreditMethod.outcome_rewards` and leaves zero the responses the
 host's `CreditMethod.trained_responses` excludes.
 
@@ -29,7 +30,7 @@ from torch import Tensor
 
 from .base import CreditMethod
 from .checks import check_finite_numbers
-from .contract import Services
+from .contract import GroupFilter, Services
 from .core import Normalizers, RolloutBatch
 
 __all__ = ["HostedConfig", "HostedCredit"]
@@ -92,6 +93,9 @@ class HostedCredit(CreditMethod):
 
     def rollout(self, services: Services) -> RolloutBatch:
         return self.host.rollout(services)
+
+    def group_filter(self) -> GroupFilter | None:
+        return self.host.group_filter()
 
     def loss_mask(self, batch: RolloutBatch) -> Tensor:
         return self.host.loss_mask(batch)

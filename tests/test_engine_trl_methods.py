@@ -34,7 +34,10 @@ from creditbench.methods.registry import get_method
 pytestmark = pytest.mark.engines
 
 PROMPTS, GROUP, LIMIT = 2, 4, 160
-IN_TRL = sorted(supported_methods(TRL, LIMIT))
+# the methods on TRL's own sampling; those with a rollout of their own: tests/test_trl_hosted.py
+IN_TRL = sorted(
+    name for name in supported_methods(TRL, LIMIT) if get_method(name)().group_filter() is not None
+)
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +170,21 @@ def test_dynamic_sampling_in_trl_keeps_mixed_groups_and_draws_more(testbed, tmp_
         assert len(rewards.unique()) > 1  # only mixed groups reach the credit
     assert batch.size % trainer.args.steps_per_generation == 0
     assert bool(advantages.abs().sum() > 0)
+    # TRL's completions log shows the kept rows, whichever draw they came from: each row's
+    # prompt, completion and reward beside its own credit (not the first draw's rows)
+    logs = trainer._logs
+    assert len(logs["prompt"]) == len(logs["completion"]) == len(logs["advantages"]) == batch.size
+    assert list(logs["rewards"]["reward"]) == batch.rewards.tolist()
+    texts = [
+        tokenizer.decode(ids[mask > 0], skip_special_tokens=True)
+        for ids, mask in zip(batch.response_ids, batch.response_mask, strict=True)
+    ]
+    assert list(logs["completion"]) == texts
+    means = (advantages * batch.response_mask).sum(-1) / batch.response_mask.sum(-1).clamp(min=1)
+    assert list(logs["advantages"]) == pytest.approx(means.tolist(), abs=1e-6)
+    problems = task.problems("train")
+    prompts = [problems[int(i)].prompt for i in batch.extra("problem_index")]
+    assert list(logs["prompt"]) == prompts
 
 
 def test_a_loss_mask_of_its_own_becomes_trls_completion_mask(testbed, tmp_path):

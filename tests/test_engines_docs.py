@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from creditbench.harness.services.engines import (
+    LOSS,
+    ROLLOUT,
     TASK_TEXT,
     TRL,
     VERL,
@@ -54,9 +56,17 @@ def test_the_table_lists_every_builtin_method_as_the_adapters_decide():
 def test_reasons_come_from_the_contract_and_the_probe():
     methods = list_methods()
     assert "reference" in unsupported_reason(methods["oracle"], TRL)
-    assert "samples its own batch" in unsupported_reason(methods["vineppo"], TRL)
+    assert "samples its own batch" in unsupported_reason(methods["vineppo"], VERL)
+    # TRL hosts an own rollout with a task (the harness's services on TRL's model)
+    assert unsupported_reason(methods["vineppo"], TRL) is None
+    no_task = TRL.without(TASK_TEXT, ROLLOUT)
+    assert "needs a creditbench task" in unsupported_reason(methods["vineppo"], no_task)
     assert "behaviour log-probs" in unsupported_reason(methods["otb"], VERL)
-    assert "loss of its own" in unsupported_reason(methods["dfpo"], TRL)
+    assert "loss of its own" in unsupported_reason(methods["dfpo"], VERL)
+    assert unsupported_reason(methods["dfpo"], TRL) is None  # the adapter's compute_loss
+    assert "loss of its own" in unsupported_reason(methods["dfpo"], TRL.without(LOSS))
+    # a rule hosted on GRPO samples as its host does: OPPO runs on TRL's own sampling
+    assert methods["oppo"]().group_filter() == methods["grpo"]().group_filter()
     assert "token mask of its own" in unsupported_reason(methods["forking"], VERL)
     assert unsupported_reason(methods["forking"], TRL, LIMIT) is None  # TRL's completion_mask
     # SCAPO scores under the task's prompt variants: TRL gives them only with a task
@@ -99,8 +109,8 @@ def test_method_for_engine_takes_a_name_with_options_or_an_instance():
         method_for_engine(grpo, VERL, singleton="zero")
     with pytest.raises(ValueError, match="std_kind"):
         method_for_engine("grpo", VERL, std_kind="nosuch")
-    with pytest.raises(ValueError, match="'vineppo' cannot run inside TRL: it samples"):
-        method_for_engine("vineppo", TRL, 256)
+    with pytest.raises(ValueError, match="'vineppo' cannot run inside verl: it samples"):
+        method_for_engine("vineppo", VERL, 256)
 
 
 def test_engine_batch_fills_what_an_engine_lacks_so_that_reading_it_fails_loudly():

@@ -7,11 +7,13 @@ method differs: verl's estimator call gets nothing more; the TRL adapter scores 
 own model (behaviour and reference log-probs, prompt variants of a creditbench task, an
 auxiliary model's fit: `creditbench.integrations.trl_services`). No engine offers the
 harness's sampling (continuations, resets, several roles) or the step ground truth, and each
-trains with its own loss. Whether a method runs follows from what it declares
-(`CreditMethod`'s class attributes, `CreditMethod.group_filter`, whether it overrides the
-loss) and from one probe: its advantages on a small fixed batch with the services the engine
-offers and no others (:class:`EngineServices`), and again with other token ids where the
-engine gives none.
+trains with its own loss; the TRL adapter adds both (a method's own rollout, through the
+harness's services on TRL's model, and its own loss). Whether a method runs follows from what
+it declares (`CreditMethod`'s class attributes, `CreditMethod.group_filter`, whether it
+overrides the loss) and from one probe: its advantages on a small fixed batch with the
+services the engine offers and no others (:class:`EngineServices`), and again with other token
+ids where the engine gives none. A method with a rollout of its own is not probed: where an
+engine runs it (TRL, with a task), it runs with the harness's own services.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 from torch import Tensor
 
 from creditbench.methods.base import CreditMethod, Services
+from creditbench.methods.compose import HostedCredit
 from creditbench.methods.contract import ALL_GROUPS, BEHAVIOUR_STATISTICS, MIXED_GROUPS
 from creditbench.methods.core import RolloutBatch
 from creditbench.methods.registry import get_method, list_methods
@@ -37,6 +40,9 @@ AUXILIARY = "auxiliary"  # fit_auxiliary: a second model the method trains (PRIM
 TASK_TEXT = "task_text"  # a creditbench task's variants, problems and answers for each row
 PROGRESS = "progress"  # the step, the budget fraction, per-step generators and report()
 LOSS_MASK = "loss_mask"  # the loss averages over the method's `loss_mask`, not the whole response
+EMA = "ema"  # track_ema: a moving average of the policy, scored as model="ema" (SDPO's teacher)
+LOSS = "loss"  # the engine trains with the method's own `CreditMethod.loss`
+ROLLOUT = "rollout"  # the method's own `CreditMethod.rollout`, with the harness's services
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,7 @@ class Engine:
     """What an engine offers a method: what its advantage call is given besides rewards,
     masks and groups (``gives``: :data:`TOKEN_IDS`, :data:`BEHAVIOUR`, :data:`REFERENCE`,
     :data:`SCORING`, :data:`AUXILIARY`, :data:`TASK_TEXT`, :data:`PROGRESS`, :data:`LOSS_MASK`),
-    and the `GroupFilter` rules its
+    :data:`EMA`, :data:`LOSS`, :data:`ROLLOUT`), and the `GroupFilter` rules its
     own sampler applies (``filters``; :data:`ALL_GROUPS`, the plain batch, every engine has)."""
 
     name: str
@@ -75,11 +81,26 @@ VERL_MIXED_GROUPS_SETTINGS = {
 }
 # TRL 1.16's GRPOTrainer holds the completion ids and the model; the adapter scores with it
 # (creditbench.integrations.trl_services) and keeps DAPO's mixed groups with refills of its own,
-# on one process. TASK_TEXT needs the trainer's `task=` (the reproduce launch gives it).
+# on one process. TASK_TEXT needs the trainer's `task=` (the reproduce launch gives it), and so
+# does ROLLOUT: a method's own rollout samples and grades through the harness's services on TRL's
+# model (creditbench.integrations.trl), on one process; LOSS: the adapter's compute_loss calls
+# the method's own loss.
 TRL = Engine(
     "TRL",
     gives=frozenset(
-        {TOKEN_IDS, BEHAVIOUR, REFERENCE, SCORING, AUXILIARY, TASK_TEXT, PROGRESS, LOSS_MASK}
+        {
+            TOKEN_IDS,
+            BEHAVIOUR,
+            REFERENCE,
+            SCORING,
+            AUXILIARY,
+            TASK_TEXT,
+            PROGRESS,
+            LOSS_MASK,
+            EMA,
+            LOSS,
+            ROLLOUT,
+        }
     ),
     filters=frozenset({MIXED_GROUPS}),
 )
@@ -145,8 +166,9 @@ SERVICES_OF = {
     AUXILIARY: ("fit_auxiliary",),
     TASK_TEXT: ("variant", "problems", "answer_texts"),
     PROGRESS: ("step", "budget_fraction", "generator", "report"),
+    EMA: ("track_ema",),
 }
-MODELS_OF = {"policy": SCORING, "reference": REFERENCE, "auxiliary": AUXILIARY}
+MODELS_OF = {"policy": SCORING, "reference": REFERENCE, "auxiliary": AUXILIARY, "ema": EMA}
 
 
 class _ProbeServices:
@@ -177,6 +199,7 @@ class _ProbeServices:
             "budget_fraction": 0.0,
             "generator": lambda stream: torch.Generator().manual_seed(int(stream)),
             "report": lambda stats: None,
+            "track_ema": lambda rate: None,
             "decode": lambda batch: ["" for _ in range(batch.size)],
             "variant": lambda batch, kind, hints=None: ["" for _ in range(batch.size)],
             "answer_texts": lambda batch: ["" for _ in range(batch.size)],
@@ -248,18 +271,24 @@ def unsupported_reason(
     if cls.needs.step_truth:
         return f"it reads step ground truth ({', '.join(cls.needs.step_truth)})"
     kept = instance.group_filter()
-    if kept is None:
+    own_rollout = kept is None
+    if own_rollout and ROLLOUT not in engine.gives:
+        if engine.name == TRL.name:  # TRL without a task (`CreditGRPOTrainer`'s task=)
+            return (
+                "it samples its own batch through the harness (continuations, resets, several "
+                "roles or edited masks), which needs a creditbench task"
+            )
         return (
             "it samples its own batch through the harness (continuations, resets, several "
             "roles or edited masks)"
         )
-    if kept.keep != ALL_GROUPS and kept.keep not in engine.filters:
+    if kept is not None and kept.keep != ALL_GROUPS and kept.keep not in engine.filters:
         return (
             f"its rollout keeps only {kept.keep} (dynamic sampling), a filter {engine.name} lacks"
         )
-    if cls.loss is not CreditMethod.loss:
+    if has_own_loss(instance) and LOSS not in engine.gives:
         return f"it trains with a loss of its own, and {engine.name} trains with its own loss"
-    if cls.loss_mask is not CreditMethod.loss_mask and LOSS_MASK not in engine.gives:
+    if has_own_loss_mask(instance) and LOSS_MASK not in engine.gives:
         return f"its loss averages over a token mask of its own, which {engine.name}'s loss lacks"
     if BEHAVIOUR not in engine.gives:
         if cls.needs.behaviour_logprobs:
@@ -272,6 +301,8 @@ def unsupported_reason(
             )
     if instance.needs_reference and REFERENCE not in engine.gives:
         return "its credit scores under a reference model"
+    if own_rollout:  # the harness's own services run it (`ROLLOUT`): nothing left to probe
+        return None
     ids = torch.arange(48).reshape(8, 6) % 5  # no two responses of a group share a prefix
     services = None  # verl without a known limit: the advantage call gets no services at all
     if max_new_tokens is not None or engine.gives - {TOKEN_IDS}:
@@ -288,6 +319,22 @@ def unsupported_reason(
         if not torch.equal(advantages, other):
             return "its credit reads the response token ids, which the advantage call is not given"
     return None
+
+
+def _loss_owner(method: CreditMethod) -> type[CreditMethod]:
+    """The class whose loss trains ``method``: a hosted rule's host (`methods.compose`)."""
+    return type(method.host) if isinstance(method, HostedCredit) else type(method)
+
+
+def has_own_loss(method: CreditMethod) -> bool:
+    """``method`` trains with a loss other than `CreditMethod.loss`, the clipped surrogate an
+    engine's own loss computes (DFPO's, SDPO's; a hosted rule's host decides)."""
+    return _loss_owner(method).loss is not CreditMethod.loss
+
+
+def has_own_loss_mask(method: CreditMethod) -> bool:
+    """``method``'s loss averages over a mask of its own (`CreditMethod.loss_mask`)."""
+    return _loss_owner(method).loss_mask is not CreditMethod.loss_mask
 
 
 def supported_methods(

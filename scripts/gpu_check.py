@@ -82,7 +82,7 @@ def _needs_vllm() -> None:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        raise Skip("vllm is not installed (pip install 'creditbench[vllm]')")
+        raise Skip('vllm is not installed (in the clone: pip install -e ".[vllm]")')
 
 
 def check_builtin(out: Path, device: str) -> str:
@@ -129,7 +129,7 @@ def check_trl(out: Path, device: str) -> str:
         from datasets import Dataset
         from trl import GRPOConfig
     except ImportError:
-        raise Skip("trl is not installed (pip install 'creditbench[compare]')") from None
+        raise Skip('trl is not installed (in the clone: pip install -e ".[compare]")') from None
     from creditbench.harness.models.modeling import load_policy
     from creditbench.harness.tasks import get_task
     from creditbench.integrations.trl import CreditGRPOTrainer

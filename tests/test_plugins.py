@@ -266,7 +266,7 @@ def test_conformance_refuses_an_unknown_method(capsys) -> None:
 def test_conformance_asks_for_the_test_extra_without_hypothesis(monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "hypothesis", None)  # find_spec reports it missing
     assert main(["conformance", "grpo"]) == 2
-    assert 'need hypothesis: pip install "creditbench[test]"' in capsys.readouterr().err
+    assert 'need hypothesis: pip install -e ".[test]" in the clone' in capsys.readouterr().err
 
 
 def test_conformance_refuses_a_bad_number_of_examples(capsys) -> None:

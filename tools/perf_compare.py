@@ -73,7 +73,7 @@ def trl_step_seconds(trainer: Any, repeats: int) -> float | str:
         from transformers import TrainerCallback
         from trl import GRPOConfig, GRPOTrainer
     except ImportError:
-        return "trl is not installed (pip install 'creditbench[compare]')"
+        return 'trl is not installed (in the clone: pip install -e ".[compare]")'
     import copy
 
     import torch

@@ -8,6 +8,7 @@ method that lives outside this repository with the very checks the built-in ones
     runner.py      runs checks.py with pytest on the methods asked for
 
 ``tests/test_conformance.py`` runs the same checks over every registered method. These modules
-import pytest and Hypothesis, which come with ``pip install "creditbench[test]"``; this file
-imports nothing, since pytest imports it a second time under a name of its own.
+import pytest and Hypothesis, which come with ``pip install -e ".[test]"`` in a clone of
+creditbench; this file imports nothing, since pytest imports it a second time under a name of
+its own.
 """

@@ -33,7 +33,7 @@ from torch import Tensor
 from creditbench.harness.sampling import lean
 
 VLLM_MISSING = (
-    "the vllm rollout backend needs the vllm package: pip install 'creditbench[vllm]' "
+    'the vllm rollout backend needs the vllm package: pip install -e ".[vllm]" in the clone '
     "(a CUDA machine is required)"
 )
 

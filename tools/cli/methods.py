@@ -60,12 +60,12 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 def _cmd_new_method(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from creditbench.tools.new_method import NewMethodError, head_commit, make_fixture, plan, write
+    from creditbench.tools.new_method import NewMethodError, make_fixture, plan, write
 
     root = Path(args.root)
     title = args.title or args.name
     try:
-        files = plan(root, args.name, title, head_commit(root))
+        files = plan(root, args.name, title)
     except NewMethodError as err:
         return usage_error("new-method", str(err))
     write(files)

@@ -345,7 +345,7 @@ def missing_requirements(
             )
     for package in scale.requires:
         if package not in env.packages:
-            hint = "'creditbench[vllm]'" if package == "vllm" else package
+            hint = '-e ".[vllm]" in the clone' if package == "vllm" else package
             missing.append(f"package: {package} (pip install {hint})")
     return missing
 

@@ -76,3 +76,32 @@ def test_the_map_test_sees_a_script_the_row_lacks(tmp_path, monkeypatch):
         assert "new_probe.py" in str(err)
     else:
         raise AssertionError("a script missing from the row passed")
+
+
+# methods/ modules shared by the method files, not methods themselves
+SHARED_METHOD_MODULES = {
+    "__init__",
+    "alignment",
+    "base",
+    "checks",
+    "compose",
+    "contract",
+    "core",
+    "prefix_tree",
+    "registry",
+    "rollouts",
+    "values",
+}
+METHOD_FILE_CEILING = 330  # docs/contributing.md, "1. The method file"
+
+
+def test_every_method_file_keeps_the_contributing_pages_promise():
+    page = (ROOT / "docs" / "contributing.md").read_text(encoding="utf-8")
+    assert f"every method file under {METHOD_FILE_CEILING} lines" in " ".join(page.split())
+    long = {
+        path.name: lines
+        for path in sorted((ROOT / "methods").glob("*.py"))
+        if path.stem not in SHARED_METHOD_MODULES
+        and (lines := len(path.read_text(encoding="utf-8").splitlines())) > METHOD_FILE_CEILING
+    }
+    assert long == {}, f"method files past the {METHOD_FILE_CEILING} lines contributing promises"

@@ -57,24 +57,33 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-import torch
-from torch import Tensor
-from verl.trainer.ppo import core_algos
+# verl logs a plugin that fails to import at DEBUG level only: a failed import says why on
+# stderr, in every process that loads the plugin, then fails as it would
+try:
+    import numpy as np
+    import torch
+    from torch import Tensor
+    from verl.trainer.ppo import core_algos
 
-from creditbench.harness.services.engines import (
-    VERL,
-    VERL_LEGACY,
-    VERL_LEGACY_SETTINGS,
-    VERL_MIXED_GROUPS_SETTINGS,
-    engine_batch,
-    engine_services,
-    method_for_engine,
-    supported_methods,
-)
-from creditbench.methods.base import CreditMethod
-from creditbench.methods.contract import MIXED_GROUPS
-from creditbench.methods.core import Normalizers
+    from creditbench.harness.services.engines import (
+        VERL,
+        VERL_LEGACY,
+        VERL_LEGACY_SETTINGS,
+        VERL_MIXED_GROUPS_SETTINGS,
+        engine_batch,
+        engine_services,
+        method_for_engine,
+        supported_methods,
+    )
+    from creditbench.methods.base import CreditMethod
+    from creditbench.methods.contract import MIXED_GROUPS
+    from creditbench.methods.core import Normalizers
+except Exception as failed:
+    print(
+        f"creditbench: the verl plugin failed to load ({type(failed).__name__}: {failed})",
+        file=sys.stderr,
+    )
+    raise
 
 PREFIX = "creditbench_"
 # what each name was registered with: the method, its config, the generation limit
@@ -118,6 +127,8 @@ def _check_filter(method: CreditMethod, config: Any) -> None:
 # The batch verl's legacy trainer is computing advantages of, while it does (see
 # pass_batches_to_estimators): where a token-level estimator finds the response ids.
 _BATCH: contextvars.ContextVar[Any] = contextvars.ContextVar("creditbench_verl_batch", default=None)
+# why verl's trainer module did not import here (pass_batches_to_estimators), or None
+TRAINER_IMPORT_ERROR: str | None = None
 
 
 def pass_batches_to_estimators() -> bool:
@@ -125,10 +136,13 @@ def pass_batches_to_estimators() -> bool:
     so that an estimator called inside it can read the whole batch (:data:`_BATCH`); verl
     hands a registered estimator only rewards, mask, ``uid`` and config. Idempotent; False
     where verl's trainer module cannot be imported (no ray): the token-level methods are then
-    not registered, which the plugin's one line at load shows."""
+    not registered, which the plugin's one line at load shows with the import's error
+    (:data:`TRAINER_IMPORT_ERROR`)."""
+    global TRAINER_IMPORT_ERROR
     try:
         from verl.trainer.ppo import ray_trainer
-    except Exception:  # no ray, or a trainer module that fails here: the rest still registers
+    except Exception as err:  # no ray, or a trainer module that fails here: the rest registers
+        TRAINER_IMPORT_ERROR = f"{type(err).__name__}: {err}"
         return False
     original = ray_trainer.compute_advantage
     if getattr(original, "passes_the_batch", False):
@@ -262,7 +276,7 @@ def register(
         if not SHIM:
             raise ValueError(
                 f"{err} (its legacy trainer passes them, but verl's trainer module "
-                "does not import here)"
+                f"does not import here: {TRAINER_IMPORT_ERROR})"
             ) from None
         reads_ids = True
     spec = (type(instance), instance.config, max_new_tokens)
@@ -296,10 +310,14 @@ def _announce() -> list[str]:
         print(f"creditbench: the verl plugin failed to register ({err})", file=sys.stderr)
         raise
     shown = ", ".join(names)
-    print(
-        f"creditbench: {len(names)} verl estimators and losses registered ({shown})",
-        file=sys.stderr,
-    )
+    line = f"creditbench: {len(names)} verl estimators and losses registered ({shown})"
+    if not SHIM:
+        dropped = sorted(set(supported_methods(VERL_LEGACY)) - set(supported_methods(VERL)))
+        line += (
+            f"; not {', '.join(dropped)}, whose credit reads the response ids: verl's trainer "
+            f"module does not import here ({TRAINER_IMPORT_ERROR})"
+        )
+    print(line, file=sys.stderr)
     return names
 
 

@@ -119,3 +119,18 @@ def test_engine_batch_fills_what_an_engine_lacks_so_that_reading_it_fails_loudly
     assert batch.response_mask.dtype == torch.float32 and batch.prompt_ids.shape == (2, 0)
     assert torch.isnan(batch.old_logprobs).all()
     assert torch.equal(batch.response_ids, torch.zeros(2, 3, dtype=torch.long))
+
+
+def test_the_verl_install_check_lists_what_import_verl_registers():
+    """The page's `import verl` check prints what the plugin registers with its defaults: every
+    method that runs in verl without a generation limit (DAPO needs one), with ray the
+    token-level ones too; and its stderr line says how many. A method added to verl's column
+    joins this list too."""
+    text = PAGE.read_text()
+    printed = re.search(r"^# (\['creditbench_.*\])$", text, re.M)
+    assert printed, "the install check's printed list"
+    names = re.findall(r"'(creditbench_[a-z_]+)'", printed.group(1))
+    defaults = set(supported_methods(VERL)) | set(supported_methods(VERL_LEGACY))
+    in_verl = sorted(f"creditbench_{name}" for name in defaults)
+    assert names == in_verl
+    assert f"# creditbench: {len(in_verl)} verl estimators and losses registered" in text

@@ -3,12 +3,18 @@ harness (docs/harness.md, "One step, traced").
 
     python scripts/trace_step.py                 # grpo on the testbed, the default run config
     python scripts/trace_step.py --method tempo --show
+    python scripts/trace_step.py --setup         # from `creditbench train` to the first step
 
 Builds the default run (the embedded testbed) with ``--method``, takes one step untraced (first
 use of lazy imports and caches), then traces the next step and its metrics record
 (``Trainer.train_step`` and the logger's write) with ``sys.setprofile``. Only the project's own
 source files count (the installed package's folders; torch, transformers and the standard
 library are skipped).
+
+With ``--setup`` it traces the run's setup instead: ``creditbench train --method M`` from the
+command line's ``main`` to the call of the first step (the first step itself untraced), in a
+fresh process, so the first look-ups (the method registry, the task, the base policy's cache)
+count as a newcomer meets them.
 
 Figures, printed one a line, of the reader's path: every project function the step runs, read
 once, in the order the step first calls it:
@@ -31,7 +37,7 @@ from typing import Any
 import creditbench.harness
 
 PACKAGE = Path(creditbench.harness.__file__).resolve().parents[1]
-ROOMS = ("methods", "harness", "leaderboard", "reference", "integrations", "tools")
+ROOMS = ("methods", "common", "harness", "leaderboard", "reference", "integrations", "tools")
 
 
 def project_file(filename: str) -> str | None:
@@ -111,12 +117,45 @@ def traced_step(method: str) -> StepTrace:
     return trace
 
 
+class FirstStep(BaseException):
+    """Raised where the first step would start: the setup trace ends there (a BaseException,
+    so no handler of the command's catches it on the way out)."""
+
+
+def traced_setup(method: str) -> StepTrace:
+    """The path of ``creditbench train --method METHOD`` from the command line to the first
+    step, in a temporary output folder."""
+    from creditbench.harness.training.trainer import Trainer
+    from creditbench.tools.cli.main import main as creditbench
+
+    def stop(self: Trainer, method: Any = None) -> dict[str, Any]:
+        raise FirstStep
+
+    real_step = Trainer.train_step
+    Trainer.train_step = stop  # type: ignore[method-assign]
+    trace = StepTrace()
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            argv = ["train", "--method", method, "--output", folder, "--quiet", "--threads", "1"]
+            trace.run(lambda: creditbench(argv))
+    except FirstStep:
+        pass
+    else:
+        raise RuntimeError("creditbench train ended before its first step")
+    finally:
+        Trainer.train_step = real_step  # type: ignore[method-assign]
+    return trace
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--method", default="grpo")
     parser.add_argument("--show", action="store_true", help="print the files in order too")
+    parser.add_argument(
+        "--setup", action="store_true", help="trace the setup, command line to first step"
+    )
     args = parser.parse_args(argv)
-    trace = traced_step(args.method)
+    trace = traced_setup(args.method) if args.setup else traced_step(args.method)
     for name, value in trace.figures().items():
         print(f"{name}: {value}")
     if args.show:

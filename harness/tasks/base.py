@@ -1,6 +1,7 @@
 """What a task is: problems with reference answers, a grader, and the optional parts it
 declares (:data:`CAPABILITIES`): steps, a step checker, prompt variants, values of its own, and
-the data a base policy learns from.
+the data a base policy learns from; and (:data:`STATES`) which steps were taken in the same
+state.
 
 Every task, synthetic or real, hands the harness :class:`Problem` records and grades response
 text into a :class:`Grade`. The harness never parses task-specific formats itself, and calls
@@ -79,6 +80,10 @@ VARIANTS = "variants"  # variant, repair_solution: the prompt variants the metho
 VALUES = "values"  # value_probes: the task's own value of a state
 TEACHER = "teacher"  # alphabet, sft_example, solutions: the data the base policy learns from
 CAPABILITIES = (STEPS, STEP_CHECK, VARIANTS, VALUES, TEACHER)
+# A later part, which a task lists by name beside the ones above (a task declaring "all of
+# CAPABILITIES" does not get it unasked): which steps were taken in the same state (GiGPO's
+# step-level groups). Implies STEPS.
+STATES = "states"  # state_keys: the state each step was taken in
 # the methods that make a capability: a task that has one must declare it
 MEMBERS = {
     STEPS: ("step_spans",),
@@ -86,6 +91,7 @@ MEMBERS = {
     VARIANTS: ("variant", "repair_solution"),
     VALUES: ("value_probes",),
     TEACHER: ("sft_example", "reference_solution", "sample_solution", "corrupt_solution"),
+    STATES: ("state_keys",),
 }
 
 Span = tuple[int, int]
@@ -145,6 +151,15 @@ class Task(Protocol):
     # STEP_CHECK
     def check_steps(self, problem: Problem, response: str) -> StepCheck:
         """The response's steps, wrong steps and filler, in one pass over its text."""
+        ...
+
+    # STATES
+    def state_keys(self, problem: Problem, response: str) -> list[str | None]:
+        """One key per step of ``step_spans(response)``: the state that step was taken in.
+        Steps of responses to one problem with equal keys were taken in the same state (the
+        same situation reached by different paths: GiGPO's anchor states); None where the
+        response's text does not say (a step after one that cannot be read). The testbed's
+        state before step k is k and the running value the response carried into it."""
         ...
 
     # VARIANTS
@@ -232,6 +247,9 @@ class TaskBase:
 
     def check_steps(self, problem: Problem, response: str) -> StepCheck:
         return self._refuse(STEP_CHECK, "check_steps")
+
+    def state_keys(self, problem: Problem, response: str) -> list[str | None]:
+        return self._refuse(STATES, "state_keys")
 
     def variant(self, problem: Problem, kind: str, **kwargs: Any) -> str:
         return self._refuse(VARIANTS, f"the {kind} prompt variant")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from creditbench.harness.tasks.base import (
     CAPABILITIES,
     PROMPT_VARIANTS,
+    STATES,
     Grade,
     Problem,
     StepCheck,
@@ -45,6 +46,7 @@ from .grammar import (
     layout,
     parse_answer,
     parse_op,
+    parse_step,
     render_step,
     running_values,
 )
@@ -185,7 +187,7 @@ class ChainTask(TaskBase):
     """The chain testbed: problems, grader, step checker, prompt variants and SFT examples."""
 
     name = "chain"
-    capabilities = frozenset(CAPABILITIES)
+    capabilities = frozenset((*CAPABILITIES, STATES))
     alphabet = ALPHABET
     clean_trace_options = CLEAN_TRACE_OPTIONS
     error_kinds = ERROR_KINDS
@@ -282,6 +284,22 @@ class ChainTask(TaskBase):
     def step_spans(self, text: str) -> list[tuple[int, int]]:
         """The step lines, then the answer line; newlines are not part of any span."""
         return layout(text).spans
+
+    def state_keys(self, problem: Problem, text: str) -> list[str | None]:
+        """The state each step of ``text`` (step lines, then the answer line) was taken in:
+        ``"k:v"``, the step's index and the running value the response carried into it (the
+        start for the first, then each line's written result, slips included); None from the
+        first line that does not parse on, whose carried value the text does not say."""
+        value: int | None = self._key(problem)[0]
+        lines = layout(text)
+        keys: list[str | None] = []
+        for k, (start, end) in enumerate(lines.steps):
+            keys.append(None if value is None else f"{k}:{value}")
+            parsed = parse_step(text[start:end])
+            value = None if parsed is None or value is None else parsed.result
+        if lines.answer is not None:
+            keys.append(None if value is None else f"{len(lines.steps)}:{value}")
+        return keys
 
     def check_steps(self, problem: Problem, text: str) -> StepCheck:
         """Every wrong step, the step lines and the filler words of ``text``."""

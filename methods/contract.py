@@ -391,6 +391,14 @@ class Services(Protocol):
         ``delimiter``; -1 on EOS and padding: steps for a task without its own."""
         ...
 
+    def state_ids(self, batch: RolloutBatch) -> Tensor:
+        """``[B, T]`` the state each response token's step was taken in, as an id: rows of
+        one problem whose steps have equal ids took them in the same state (the task's
+        ``state_keys``; GiGPO's step-level groups); -1 off the task's steps, on EOS and
+        padding, and where the text does not say. Raises on a task without states.
+        Charged: nothing (no model runs)."""
+        ...
+
     # --- statistics -------------------------------------------------------------------------
 
     def report(self, stats: Mapping[str, float]) -> None:

@@ -158,6 +158,19 @@ class FakeServices(StepServices):
         position = torch.arange(batch.response_ids.shape[-1]).expand_as(batch.response_ids)
         return torch.where(batch.response_mask > 0, position, -1)
 
+    def state_ids(self, batch: RolloutBatch) -> Tensor:
+        """Steps of two tokens, each taken in the state its response's tokens before it name
+        (two responses with a common prefix share its states), -1 on padding: the ids depend
+        on the tokens alone, never on row positions."""
+        self.calls.append("state_ids")
+        out = torch.full(batch.response_ids.shape, -1, dtype=torch.long)
+        for row, length in enumerate(batch.response_mask.sum(-1).long().tolist()):
+            ids = batch.response_ids[row].tolist()
+            for t in range(length):
+                start = t - t % 2
+                out[row, t] = hash((start, *ids[:start])) % (2**31)
+        return out
+
     # --- continuations (value estimates) ------------------------------------------------------
 
     def problems(self, batch: RolloutBatch) -> list[Any]:

@@ -293,3 +293,6 @@ class HarnessServices(ModelServices):
 
     def delimited_step_ids(self, batch: RolloutBatch, delimiter: str) -> Tensor:
         return self.text.delimited_step_ids(batch, delimiter)
+
+    def state_ids(self, batch: RolloutBatch) -> Tensor:
+        return self.text.state_ids(batch)

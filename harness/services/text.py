@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from creditbench.harness.sampling.rollout import sequence_lengths
-from creditbench.harness.tasks.base import VARIANTS, require
+from creditbench.harness.tasks.base import STATES, VARIANTS, require
 from creditbench.methods.contract import PROBLEM_INDEX
 from creditbench.methods.core import RolloutBatch
 
@@ -71,6 +71,31 @@ class TaskText:
             ids = token_step_ids(token_char_offsets(self.tokenizer, tokens), spans)
             if ids:
                 out[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        return out
+
+    def state_ids(self, batch: RolloutBatch) -> Tensor:
+        """``[B, T]`` the id of the state each response token's step was taken in (the task's
+        ``state_keys`` of its ``step_spans``), equal for equal keys of one problem; -1 off the
+        steps, on EOS and padding, and where a key is None."""
+        from creditbench.harness.tasks.steps import token_char_offsets, token_step_ids
+
+        require(self.task, STATES, "a method's state_ids")
+        out = torch.full(batch.response_ids.shape, -1, dtype=torch.long)
+        known: dict[tuple[str, str], int] = {}
+        problems = self.problems(batch)
+        for row, length in enumerate(self.lengths(batch).tolist()):
+            tokens = batch.response_ids[row, :length].tolist()
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            spans = self.task.step_spans(text)
+            keys = self.task.state_keys(problems[row], text)
+            ids = [
+                -1 if key is None else known.setdefault((problems[row].id, key), len(known))
+                for key in keys
+            ]
+            steps = token_step_ids(token_char_offsets(self.tokenizer, tokens), spans)
+            for t, step in enumerate(steps):
+                if 0 <= step < len(ids):
+                    out[row, t] = ids[step]
         return out
 
     def variant(

@@ -1,12 +1,12 @@
 """The home page's headline, computed from the leaderboard's committed records.
 
-``docs/index.md`` opens with the validated board: the gain figure of the standard suite's hard
-setting (every method's AUC gain over GRPO with its 95% interval, sorted, the board's own
-``gain_forest`` figure) and sentences computed from the intervals: the verdict of
-:func:`.verdict.setting_verdict`, each method's position on the GRPO(0) -> oracle(1) scale
-where the oracle separates, and the equal-samples axis (:func:`.samples.samples_sentence`).
-The block sits between two markers in the page, so it is rewritten in place and a test can
-recompute it from ``docs/results/standard/runs.csv``::
+``docs/index.md`` opens with the validated board, on its first screen (:mod:`.home`): the
+verdict in one plain sentence (what beats GRPO, by how much, on the compute axis, in each
+setting), the hard setting's gain figure titled with the setting's name and options (the
+board's own ``gain_forest`` figure), and a compact table of every method's position in each
+setting, its standing against GRPO and its seeds. The intervals behind the words are on the
+board's page, which the block links to. The block sits between two markers in the page, so it
+is rewritten in place and a test can recompute it from ``docs/results/standard/runs.csv``::
 
     python scripts/home_headline.py docs/results/standard/runs.csv docs/index.md
 
@@ -28,6 +28,7 @@ import pandas as pd
 
 from .board import summarize
 from .gains import ranked, ranked_without
+from .home import axes_note, compact_table, figure_title, verdict_sentence
 from .plots import slug
 from .samples import measured, samples_sentence
 from .stats import BASELINE, ORACLE
@@ -252,6 +253,8 @@ def headline_block(
 def _headline(
     frame: pd.DataFrame, records: str | Path, board: str, easy: pd.DataFrame | None = None
 ) -> str:
+    """The first screen (:mod:`.home`): the verdict in a sentence, the hard setting's titled
+    figure, a compact table of both settings; the intervals behind them are on the board."""
     keys = frame[["task", "options", "setting"]].drop_duplicates()
     if len(keys) != 1:
         raise HeadlineError(f"{records}: the {LABEL} setting's runs differ in their settings")
@@ -267,16 +270,23 @@ def _headline(
                 END,
             ]
         )
+    settings = {LABEL: frame, EASY: easy}
     figure = f"{board}/gain_forest-{slug(key)}.png"
     return "\n".join(
         [
             START,
-            "![AUC gain over GRPO per method, hard setting, best first; 95% intervals, thick: "
-            f"bootstrap, thin: t]({figure})",
+            verdict_sentence(settings),
             "",
-            f"The hard setting of the frozen protocol, {n_methods} methods, {seeds_each(frame)}. "
-            f"{setting_verdict(frame)} {_positions(frame)} {samples_sentence(frame)}"
-            f"{easy_sentence(easy)}",
+            figure_title(LABEL, frame),
+            "",
+            f"![AUC gain over GRPO per method, {LABEL} setting, best first; 95% intervals, "
+            f"thick: bootstrap, thin: t]({figure})",
+            "",
+            compact_table(settings),
+            "",
+            f"{axes_note(settings)} Every interval behind these words, each setting's full "
+            f"verdict and Holm's correction over its rows: [the standard board]({board}/"
+            "leaderboard.md).",
             END,
         ]
     )

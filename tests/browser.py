@@ -4,7 +4,10 @@
 to settle, takes a full-page screenshot and reports what a reader would see broken: a table
 wider than its container (a horizontal scrollbar), an image that did not load, equations left
 as raw TeX, text that keeps its white space drawn a character or two a line, a picture of text
-shown too small to read, and any request that left localhost.
+shown too small to read, a table column narrower than a word in it (a column broken a letter a
+line), an equation cut at the edge of its box (one that scrolls), and any request that left
+localhost. Where asked, it also checks a page's first screen (1280 x 900) holds given texts
+and images.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-WIDTH = 1280
+WIDTH, HEIGHT = 1280, 900  # the first screen of a common laptop
 CHROMIUM_ARGS = [  # as root, and on a machine whose network is closed
     "--no-sandbox",
     "--disable-gpu",
@@ -75,7 +78,53 @@ MEASURE = """(legible) => {
       shrunk.push(`${src} at ${Math.round(100 * scale)}% of its ${img.naturalWidth}px`);
     }
   }
-  return {wide, broken, tex, typeset, scattered, shrunk, matched};
+  // A column narrower than a word of its own, drawn broken a letter or two a line: a header
+  // narrower than any word of its name, or a body cell narrower than a short word (up to 6
+  // letters; a longer identifier or a key=value label may break in a narrow column).
+  const narrow = [];
+  const probe = document.createElement('span');
+  probe.style.cssText = 'white-space: nowrap; position: absolute; visibility: hidden';
+  for (const cell of document.querySelectorAll('td, th')) {
+    const longest = cell.tagName === 'TH' ? 24 : 6;
+    const words = cell.innerText.split(/[^A-Za-z]+/)
+      .filter(w => w.length >= 3 && w.length <= longest);
+    if (!words.length) continue;
+    const style = getComputedStyle(cell);
+    const room = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    cell.appendChild(probe);
+    for (const word of words) {
+      probe.textContent = word;
+      const need = probe.getBoundingClientRect().width;
+      if (need > room + 1) {
+        narrow.push(`"${word}" needs ${Math.round(need)}px, its column ${Math.round(room)}px`);
+        break;
+      }
+    }
+    probe.remove();
+  }
+  // An equation wider than its box: the box scrolls, and the page shows it cut at the edge.
+  const cut = [];
+  for (const box of document.querySelectorAll('.arithmatex')) {
+    if (box.querySelector('mjx-container') && box.scrollWidth > box.clientWidth + 1) {
+      cut.push(`${box.scrollWidth}px in ${box.clientWidth}px: ` + box.textContent.slice(0, 40));
+    }
+  }
+  return {wide, broken, tex, typeset, scattered, shrunk, matched, narrow, cut};
+}"""
+# What of a page lies on its first screen: each text's first element and each image (by the
+# start of its alt text), their tops against the window's height.
+FIRST_SCREEN = """([texts, alts]) => {
+  const seen = {};
+  const all = [...document.querySelectorAll('p, h1, h2, figcaption, strong, li, td')];
+  for (const text of texts) {
+    const el = all.find(e => e.innerText.includes(text));
+    seen[text] = el ? el.getBoundingClientRect().top : null;
+  }
+  for (const alt of alts) {
+    const img = [...document.images].find(i => (i.getAttribute('alt') || '').startsWith(alt));
+    seen[alt] = img ? img.getBoundingClientRect().top : null;
+  }
+  return seen;
 }"""
 
 
@@ -101,12 +150,21 @@ def served(folder: Path) -> Iterator[str]:
 
 
 def check_pages(
-    folder: Path, pages: list[str], shots: Path, *, allowed_hosts=(), legible=None
+    folder: Path,
+    pages: list[str],
+    shots: Path,
+    *,
+    allowed_hosts=(),
+    legible=None,
+    first_screen=None,
+    whole_equations=None,
 ) -> list[str]:
     """Every problem found on ``pages`` (paths under ``folder``), one line each; screenshots
     of each page into ``shots``. ``legible`` maps the end of an image's address to the least
     share of its own width it may be shown at (a picture of text whose letters must stay
-    readable)."""
+    readable). ``first_screen`` maps a page to ``(texts, image alt starts)`` that must show on
+    its first screen, before any scrolling (the top of each within the window's height).
+    ``whole_equations``: the pages whose equations must fit their box (default: every page)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
@@ -115,7 +173,7 @@ def check_pages(
     shots.mkdir(parents=True, exist_ok=True)
     with served(folder) as base, sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+        page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
         outside: list[str] = []
 
         def on_request(request) -> None:
@@ -143,6 +201,18 @@ def check_pages(
             problems += [f"{rel}: image did not load: {src}" for src in found["broken"]]
             problems += [f"{rel}: text drawn a piece a line, {t}" for t in found["scattered"]]
             problems += [f"{rel}: picture of text shrunk, {t}" for t in found["shrunk"]]
+            problems += [f"{rel}: column narrower than a word, {t}" for t in found["narrow"]]
+            if whole_equations is None or rel in whole_equations:
+                problems += [f"{rel}: equation cut at the edge, {t}" for t in found["cut"]]
+            if first_screen and rel in first_screen:
+                texts, alts = first_screen[rel]
+                tops = page.evaluate(FIRST_SCREEN, [list(texts), list(alts)])
+                page.screenshot(path=str(shots / f"{name}-first-screen.png"))
+                for what, top in tops.items():
+                    if top is None:
+                        problems.append(f"{rel}: not on the page at all: {what}")
+                    elif not 0 <= top < HEIGHT:
+                        problems.append(f"{rel}: not on the first screen ({top:.0f}px): {what}")
             unseen -= set(found["matched"])
             if found["typeset"] < found["tex"]:
                 problems.append(f"{rel}: {found['tex'] - found['typeset']} equations not typeset")

@@ -1,6 +1,6 @@
-"""The home page's headline is computed from the leaderboard's committed records: the board's
-own figure of the hard setting and sentences from its intervals; below it, the credit picture
-shows the board's best method beside GRPO, the oracle and OPPO."""
+"""The home page's headline is computed from the leaderboard's committed records: the verdict
+in words, the board's own figure of the hard setting and a compact table; below it, the credit
+picture shows the board's best method beside GRPO, the oracle and OPPO."""
 
 from __future__ import annotations
 
@@ -49,19 +49,25 @@ def board(tmp_path) -> Path:
     return runs
 
 
-def test_the_block_shows_the_boards_figure_the_verdict_and_the_positions(tmp_path):
+def test_the_block_shows_the_verdict_a_titled_figure_and_a_compact_table(tmp_path):
+    """The first screen in plain words: what wins, by how much, on which axis, in which
+    setting; the figure titled with its setting; a table of positions and seeds. The intervals
+    stay on the board's page, which the block links to."""
     runs = board(tmp_path)
     block = headline_block(runs / "runs.csv", board=str(runs), reps=200)
     assert block.startswith(START) and block.endswith(END)
+    verdict = block.splitlines()[1]
+    assert verdict.startswith("**The verdict, at equal compute")
+    # dapo gains 0.1 where the oracle gains 0.3 at every seed: a third of the way
+    assert "In the hard setting dapo beats GRPO by +0.050 AUC (0.33 of the way" in verdict
+    assert "[" not in verdict  # no interval in the sentence: they are on the board
     figure = block.split("](", 1)[1].split(")", 1)[0]
     assert Path(figure).is_file() and Path(figure).name.startswith("gain_forest-")
-    assert "3 methods, 5 seeds each" in block  # the easy setting's RLOO is not in it
-    assert "Ahead of GRPO in AUC (both 95% intervals above zero): dapo (+0.050" in block
-    assert "Oracle credit, the reference, is ahead of GRPO" in block
-    # dapo gains 0.1 where the oracle gains 0.3 at every seed: a third of the way
-    assert "dapo +0.33 [+0.33, +0.33]" in block
-    # the easy setting has RLOO alone, no GRPO: no sentence about it yet
-    assert "easy setting" not in block
+    assert "**Figure: every method's gain over GRPO in the hard setting**" in block
+    assert "| dapo | +0.33 | beats GRPO | 5 |" in block  # the easy setting's RLOO is not in it
+    # the easy setting has RLOO alone, no GRPO: the sentence says so, the table has no column
+    assert "the easy setting has no GRPO runs yet" in verdict and "easy: position" not in block
+    assert f"[the standard board]({runs}/leaderboard.md)" in block
     both = tmp_path / "both"
     for seed in range(5):
         for method in ("grpo", "oracle", "dapo"):
@@ -69,9 +75,9 @@ def test_the_block_shows_the_boards_figure_the_verdict_and_the_positions(tmp_pat
             make_run(both, f"chain-easy-steps=8-{method}-s{seed}", method, seed, steps=8)
     render(both, reps=200)
     block = headline_block(both / "runs.csv", board=str(both), reps=200)
-    easy = block.split("In the easy setting (3 methods, 5 seeds each): ", 1)[1]
-    assert "Ahead of GRPO in AUC (both 95% intervals above zero): dapo (+0.050" in easy
-    assert "Oracle credit, the reference, is ahead of GRPO" in easy and "dapo +0.33" in easy
+    assert "in the easy setting dapo beats GRPO by +0.050 AUC" in block.splitlines()[1]
+    assert "| dapo | +0.33 | +0.33 | beats GRPO | beats GRPO | 5 / 5 |" in block
+    assert "| grpo | 0 (GRPO) | 0 (GRPO) | the baseline | the baseline | 5 / 5 |" in block
 
 
 def test_the_headline_says_how_many_seeds_its_rows_hold_not_a_maximum():
@@ -203,7 +209,7 @@ def test_the_script_says_when_the_picture_no_longer_shows_the_boards_best(tmp_pa
     assert "rerun with --explain" in capsys.readouterr().err
     text = page.read_text()
     assert "--methods grpo,oracle,dapo,oppo" in current(text, CREDIT_START, CREDIT_END)
-    assert "dapo (+0.050" in current(text)
+    assert "dapo beats GRPO by +0.050 AUC" in current(text)
     draw(["grpo", "oracle", "dapo", "oppo"])
     assert _script().main([str(runs / "runs.csv"), str(page)]) == 0
     assert _script().main([str(page)]) == 2  # usage

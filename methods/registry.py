@@ -2,7 +2,10 @@
 
 The names come from two places, loaded in this order on the first look-up:
 
-1. every module of this package: the built-in methods;
+1. the modules of this package: the built-in methods (a look-up of one name, where no plugin is
+   installed, imports only the module of that name when there is one: ``get_method("grpo")``
+   reads ``grpo.py``, not all 30 files; `list_methods` and a name another module registers
+   import them all);
 2. the ``creditbench.methods`` entry points of installed distributions (plugins), so that a
    researcher can try a method without forking. The entry point's value is a module whose
    `register_method` decorator registers the method (``mymethod = "mypkg.mymethod"``), or a
@@ -21,6 +24,7 @@ start-up for free; the methods, and torch with them, load on the first look-up.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import traceback
 from collections.abc import Callable
@@ -210,10 +214,29 @@ def describe_error(err: BaseException) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def _installed_plugins() -> bool:
+    """Whether any distribution declares a ``creditbench.methods`` entry point."""
+    return bool(metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _load(name: str) -> None:
+    """Make ``name`` known with as few imports as keep the rules above: its own module when the
+    package has one and no plugin is installed (a plugin's name could clash with any built-in,
+    so with plugins everything loads, as before), else everything."""
+    if name in _REGISTRY or _LOADED:
+        return
+    if name.isidentifier() and not _installed_plugins():
+        if importlib.util.find_spec(f"{_PACKAGE}.{name}") is not None:
+            importlib.import_module(f"{_PACKAGE}.{name}")
+            if name in _REGISTRY:
+                return
+    _load_all()
+
+
 def get_method(name: str) -> type:
     """The class registered as ``name``."""
-    _load_all()
-    if name not in _REGISTRY:
+    _load(name)
+    if name not in _REGISTRY:  # everything is loaded by now: the message lists every name
         known = ", ".join(sorted(_REGISTRY))
         raise UnknownMethodError(f"unknown method {name!r}; known methods: {known}")
     return _REGISTRY[name]

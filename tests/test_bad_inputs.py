@@ -52,7 +52,10 @@ CASES = [
     ([*TRAIN, "--name", "a/b"], "run_name: must be letters, digits"),
     (["train", "--method", "nosuch"], "method"),
     ([*TRAIN, "--task", "nosuch"], "task"),
-    ([*TRAIN, "--set", "rollout.group_sise=4"], "group_sise"),
+    (  # the suggestion names its section
+        [*TRAIN, "--set", "rollout.group_sise=4"],
+        "unknown key 'rollout.group_sise'; did you mean 'rollout.group_size'?",
+    ),
     ([*TRAIN, "--set", "rollout.group_size=0"], "rollout.group_size"),
     ([*TRAIN, "--set", "rollout.group_size=100000000"], "rollout.group_size: times prompts_per"),
     ([*TRAIN, "--set", "method_options.std_eps=-1"], "method_options.std_eps: must be >= 0"),
@@ -422,10 +425,6 @@ CASES += [
     (["validate", "--results", "{tmp}/hollow", "--report-only"], "hollow: holds no finished run"),
     (["validate", "--results", "{tmp}/unrelated", "--report-only"], "holds no finished run"),
     (["leaderboard", "{tmp}/afile"], "{tmp}/afile: is a file, not a results folder"),
-    (
-        [*TRAIN, "--set", "rollout.group_sise=4"],
-        "unknown key 'rollout.group_sise'; did you mean 'rollout.group_size'?",
-    ),
     # numbers no run records, in a runs.csv: each named with its file, line and column
     (["leaderboard", "{tmp}/acc_nan.csv", "--out", "{out}"], "acc_nan.csv:2: sampled_accuracy"),
     (["leaderboard", "{tmp}/acc_inf.csv", "--out", "{out}"], "acc_inf.csv:2: sampled_accuracy"),

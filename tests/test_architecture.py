@@ -41,8 +41,10 @@ MAY_IMPORT = {
 }
 # the one module of the harness the leaderboard reads run directories through
 RUN_FORMAT = ["harness", "records", "files"]
-# values: the states (state_starts) whose values Services.task_values returns
+# values: the states (state_starts) whose values Services.task_values returns; compose: a hosted
+# rule's host (HostedCredit), whose loss an engine runs for the rule (no method's name)
 SHARED_METHOD_MODULES = {
+    "compose",
     "checks",
     "core",
     "base",

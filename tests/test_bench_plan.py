@@ -132,8 +132,14 @@ def test_a_grid_point_never_measured_is_estimated_by_its_setting_and_never_by_an
     measured = {f"{hard}-grpo": [420.0], "chain-hard-grpo": [999.0]}
     options = ['task_options={"steps": 10}']
     grid = [
-        Run(name=f"{hard}-lr={lr}-grpo-s22", method="grpo", task="chain", seed=22,
-            overrides=[f"train.lr={lr}", *options], label=f"{hard}-lr={lr}")  # fmt: skip
+        Run(
+            name=f"{hard}-lr={lr}-grpo-s22",
+            method="grpo",
+            task="chain",
+            seed=22,
+            overrides=[f"train.lr={lr}", *options],
+            label=f"{hard}-lr={lr}",
+        )  # fmt: skip
         for lr in ("1.5e-05", "5e-05", "0.00015")
     ]
     other = Run(name="chain-hard-steps=12-grpo-s0", method="grpo", task="chain", seed=0,

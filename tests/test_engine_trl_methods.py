@@ -34,7 +34,8 @@ from creditbench.methods.registry import get_method
 pytestmark = pytest.mark.engines
 
 PROMPTS, GROUP, LIMIT = 2, 4, 160
-# the methods on TRL's own sampling; those with a rollout of their own: tests/test_engine_trl_hosted.py
+# the methods on TRL's own sampling; those with a rollout of their own:
+# tests/test_engine_trl_hosted.py
 IN_TRL = sorted(
     name for name in supported_methods(TRL, LIMIT) if get_method(name)().group_filter() is not None
 )

@@ -110,6 +110,7 @@ def test_passk_with_verls_estimator_matches_verls_grpo_passk(seed, scale):
 
 def test_passk_through_the_method_matches_verls_grpo_passk():
     from creditbench.methods.passk import PassK
+
     from strategies import build_batch
 
     rewards, mask, labels, group_ids = _batch(0, singletons=False)

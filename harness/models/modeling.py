@@ -209,6 +209,12 @@ def load_policy(
     except (OSError, ValueError, KeyError, RuntimeError, EOFError, SafetensorError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ModelLoadError(f"{path}: cannot load a model from it ({first})") from None
+    if gguf_file:
+        # the GGUF weights are dequantised into plain tensors as they load; the quantizer that
+        # transformers leaves attached only makes save_pretrained refuse the model ("not
+        # serializable"), so a run's checkpoint of a GGUF policy failed. Its own removal makes
+        # the model an ordinary one of ``dtype``, saved and reloaded as any other
+        model.hf_quantizer.remove_quantization_config(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if model.generation_config.pad_token_id is None:

@@ -833,16 +833,16 @@ def test_drawn_statistics_pool_the_draws_and_skip_what_has_no_outcome():
 def clean_commit_cache(monkeypatch, tmp_path):
     """A cache of its own, and runs that believe they run from a clean commit (the tree under
     test may be edited; the reuse rule never reuses an edited tree's evaluation)."""
-    import creditbench.harness.training.trainer as trainer_module
+    import creditbench.harness.training.evaluation as evaluation_module
 
-    real = trainer_module.capture_environment
+    real = evaluation_module.capture_environment
     monkeypatch.setenv("CREDITBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(
-        trainer_module,
+        evaluation_module,
         "capture_environment",
         lambda: {**real(), "git_commit": "0" * 40, "git_dirty": False},
     )
-    return trainer_module
+    return evaluation_module
 
 
 def first_record(run_dir: Path) -> dict:

@@ -15,13 +15,20 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from creditbench.harness.models.policy_cache import cache_key, default_cache_dir
+from creditbench.harness.records.rundir import capture_environment
+from creditbench.harness.records.summary import budget_fields
 from creditbench.harness.sampling.rollout import derive_seed, sample_responses
+
+if TYPE_CHECKING:
+    from creditbench.harness.training.observers import RecordLogger
+    from creditbench.harness.training.trainer import Trainer
 
 
 def eval_problems(task, n_problems: int, seed: int, draw: str = "seeded") -> list:
@@ -93,9 +100,7 @@ def evaluate(
                 seed=0,
                 batch_size=batch_size,
             )
-            rewards = [
-                task.grade(p, t).reward for p, t in zip(chosen, samples.texts, strict=True)
-            ]
+            rewards = [task.grade(p, t).reward for p, t in zip(chosen, samples.texts, strict=True)]
             result["greedy_accuracy"] = sum(r > 0.5 for r in rewards) / max(len(rewards), 1)
         if k_samples > 0:
             samples = sample(
@@ -201,3 +206,41 @@ def reuse_initial_evaluation(
     except OSError:
         pass  # a read-only or full cache costs the next run a recomputation, nothing else
     return result, False
+
+
+def log_evaluations(
+    trainer: Trainer, logger: RecordLogger, fractions: list[float], counts: Sequence[int] = ()
+) -> bool:
+    """Evaluate the trainer's policy once and log it as the evaluation at each budget fraction in
+    ``fractions`` (``"fraction"``, kept in ``trainer.evals``) and at each count of trained
+    responses in ``counts`` (``"responses"``: the leaderboard tells the two apart by it);
+    whether anything was due."""
+    if not fractions and not counts:
+        return False
+    meter, step = trainer.meter, trainer.step
+    engine = trainer.config.rollout.backend if trainer.services.sampler is None else "auto"
+    settings = evaluation_settings(trainer.config, engine)
+    started = time.perf_counter()
+
+    def compute() -> dict[str, Any]:
+        with meter.outside_budget():
+            return evaluate(trainer.policy, trainer.tokenizer, trainer.task, **settings)
+
+    material = None
+    if trainer.reuse_initial_evaluation and meter.counters()["flops"] == 0:
+        # the base policy, as every method's run at this seed grades it: computed once
+        material = initial_evaluation_material(
+            trainer.policy, trainer.tokenizer, trainer.task, settings, capture_environment()
+        )
+    result, reused = reuse_initial_evaluation(material, compute)
+    timing: dict[str, Any] = {"eval": time.perf_counter() - started}
+    if reused:
+        timing["eval_reused"] = True
+    for fraction in fractions:
+        entry = {"fraction": fraction, **budget_fields(meter), **result, "step": step}
+        trainer.evals.append(entry)
+        logger.log({"step": step, "eval": entry, "time": timing})
+    for count in counts:
+        entry = {"responses": count, **budget_fields(meter), **result, "step": step}
+        logger.log({"step": step, "eval": entry, "time": timing})
+    return True

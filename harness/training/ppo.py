@@ -34,6 +34,18 @@ def check_finite(tensor: Tensor, what: str, method: str, step: int) -> None:
         )
 
 
+def check_advantages(method: Any, batch: RolloutBatch, advantages: Tensor, step: int) -> None:
+    """A method's advantages have the batch's ``[B, T]`` shape and are finite, or the step stops
+    with the method's name (``ValueError``, :class:`NonFiniteError`)."""
+    name = method.name or type(method).__name__
+    if advantages.shape != batch.response_mask.shape:
+        raise ValueError(
+            f"method {name!r}: advantages have shape {tuple(advantages.shape)}, "
+            f"expected {tuple(batch.response_mask.shape)}"
+        )
+    check_finite(advantages, "advantage tensor", name, step)
+
+
 def ppo_update(
     policy,
     optimizer: torch.optim.Optimizer,

@@ -410,6 +410,16 @@ CASES += [
     ([*TRAIN, "--seed", str(2**32)], "--seed: must be in [0, 2**32)"),
     (["data", "show", "chain", "--seed", str(2**40)], "--seed: must be in [0, 2**32)"),
     (["leaderboard", "{tmp}", "--reps", "1000000000"], "--reps: must be at most 100,000"),
+    # bench's bound on workers, in the verbs that hand their runs to bench's workers (reproduce
+    # planned a million workers without a word; validate --report-only ignored the count)
+    (
+        ["reproduce", "dapo", "--workers", "1000000", "--dry-run", "--results", "{out}"],
+        "--workers: must be between 1 and",
+    ),
+    (
+        ["validate", "--workers", "1000000", "--results", "{tmp}/hollow", "--report-only"],
+        "--workers: must be between 1 and",
+    ),
     (["claims", "{tmp}", "--reps", "1000000000"], "--reps: must be at most 100,000"),
     (["validate", "--reps", "1000000000"], "--reps: must be at most 100,000"),
     # an output path with an emoji reaches the folder checks whole (was a UnicodeEncodeError)
@@ -418,6 +428,10 @@ CASES += [
         "output_dir: {tmp}/arun/\u00fc \U0001f642/grpo-chain-s0 is inside the run {tmp}/arun",
     ),
     ([*TRAIN, "--set", "device=mps"], "device: mps is not available here"),
+    (  # checked before the run folder is made, so no --resume of a removed folder is suggested
+        [*TRAIN, "--set", "model.path={tmp}/hollow", "--set", "model.gguf_file=nosuch.gguf"],
+        "model.path: {tmp}/hollow has no nosuch.gguf",
+    ),
     (["explain", "--methods", "grpo,,rloo"], "--methods: 'grpo,,rloo' has an empty name"),
     (["bootstrap", "--cache-dir", "{tmp}/afile/x"], "--cache-dir: {tmp}/afile is a file"),
     (["claims", "{tmp}/hollow"], "{tmp}/hollow: holds no finished run"),

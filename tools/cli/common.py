@@ -46,6 +46,23 @@ def thread_count(text: str) -> int:
     return value
 
 
+def worker_count(text: str) -> int:
+    """An argparse type for ``--workers`` of the verbs that hand runs to bench's workers
+    (reproduce, validate): bench's own bound, 1 to ``MAX_PER_CORE`` x the CPU count. Each
+    worker holds its models in memory, and a mistyped 1000000 was planned without a word."""
+    from creditbench.tools.bench import MAX_PER_CORE
+
+    value = positive_int(text)
+    cores = os.cpu_count() or 1
+    most = MAX_PER_CORE * cores
+    if value > most:
+        raise argparse.ArgumentTypeError(
+            f"must be between 1 and {most} ({MAX_PER_CORE} x this machine's {cores} cores; "
+            f"got {value})"
+        )
+    return value
+
+
 def seed_value(text: str) -> int:
     """An argparse type for every ``--seed``: the rule of the run config's ``seed`` (an integer
     in [0, 2**32), what numpy's and Python's generators are seeded with), for train, eval and

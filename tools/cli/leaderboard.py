@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.tools.cli.common import positive_int, resample_count, usage_error
+from creditbench.tools.cli.common import resample_count, usage_error, worker_count
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
@@ -158,7 +158,7 @@ def add_leaderboard_commands(subparsers) -> None:
         help="results folder (default: runs/bench-validation); with --report-only also a runs.csv",
     )
     p.add_argument(
-        "--workers", type=positive_int, help="parallel runs (default: sized to the machine)"
+        "--workers", type=worker_count, help="parallel runs (default: sized to the machine)"
     )
     p.add_argument(
         "--report-only", action="store_true", help="only write the report of finished runs"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.tools.cli.common import positive_int, usage_error
+from creditbench.tools.cli.common import positive_int, usage_error, worker_count
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
@@ -77,7 +77,7 @@ def add_reproduce_commands(subparsers) -> None:
     p.add_argument("--steps", type=positive_int, help="paper: optimizer steps per run")
     p.add_argument("--n-eval", type=positive_int, help="evaluation problems (eval.n_problems)")
     p.add_argument(
-        "--workers", type=positive_int, help="cpu: parallel runs (default: one per core)"
+        "--workers", type=worker_count, help="cpu: parallel runs (default: one per core)"
     )
     p.add_argument("--model-dir", help="paper: a local copy of the paper's model")
     p.add_argument("--task", help="paper: the task when the card's training data is not ours")

@@ -61,17 +61,23 @@ PARTIAL_BOARD = "its intervals and ranks use only the seeds present."
 def suite_coverage(
     folders: Iterable[str | Path], finished: set[str], partial: str = PARTIAL_BOARD
 ) -> list[str]:
-    """One sentence per suite manifest (``suite-<name>.json``, written by ``creditbench bench``)
-    in the folders: how many of the suite's runs are among ``finished`` (run folder names), by
-    setting when the suite is incomplete, then what that means for the page (``partial``); a
-    sentence said by two copies of a manifest appears once. An unreadable manifest gives a
-    sentence saying so."""
+    """One sentence per suite whose manifest (``suite-<name>.json``, written by ``creditbench
+    bench``) lies in the folders: how many of the suite's runs are among ``finished`` (run
+    folder names), by setting when the suite is incomplete, then what that means for the page
+    (``partial``). An unreadable manifest gives a sentence saying so. The manifests of one suite
+    (and plan) in several folders count as one, the union of their runs: a method's own runs of
+    a suite, rendered beside the suite's committed records, bring a manifest of the suite as it
+    now is (one run more, the method's), and two sentences of one suite ("all 28 runs
+    finished", "all 29 runs finished") read as two boards."""
     sentences: list[str] = []
+    suites: dict[tuple[str, str | None], dict[str, str]] = {}
     for path, found in (m for folder in folders for m in _manifests(folder)):
         if found is None:
             sentences.append(f"{path.name}: unreadable suite manifest, coverage unknown.")
             continue
-        name, runs, plan = found
+        suites.setdefault((found.name, found.plan), {}).update(dict(found.runs))
+    for (name, plan), setting_of in suites.items():
+        runs = list(setting_of.items())
         if plan:
             name = f"{name} ({plan})"
         done = sum(run in finished for run, _ in runs)

@@ -18,7 +18,8 @@ from creditbench.tools.campaign.tuning import (
 )
 
 DEFAULTS = {"grpo": {"eps_low": 0.2}, "gspo": {"eps_low": 3e-4, "eps_high": 4e-4},
-            "sdpo": {"reprompt": "solution"}, "vineppo": {"rollouts_per_state": 4}}  # fmt: skip
+            "sdpo": {"reprompt": "solution"}, "vineppo": {"rollouts_per_state": 4},
+            "scapo": {"rewrites": ("template", "typo")}}  # fmt: skip
 
 
 def row(method: str, lr: float, seed: int, auc: float, **options) -> dict:
@@ -47,6 +48,15 @@ def test_stage_one_picks_the_best_mean_and_breaks_ties_toward_todays_lr():
     # seeds other than the tuning ones never count
     aucs = read_aucs(table([*rows, row("grpo", 5e-5, 0, 0.99)]), DEFAULTS)
     assert stage1_best(aucs, "grpo") == Config("grpo", 1.5e-4)
+
+
+def test_a_default_list_read_back_from_json_is_no_change():
+    # the records hold a run's options as JSON (a list); a default tuple is the same options
+    rows = stage1("scapo", {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36), 1.5e-4: (0.31, 0.30)})
+    aucs = read_aucs(table(rows), DEFAULTS)
+    assert stage1_best(aucs, "scapo") == Config("scapo", 5e-5)
+    changed = read_aucs(table(stage1("scapo", {5e-5: (0.1, 0.1)}, rewrites=["typo"])), DEFAULTS)
+    assert [c.options for c in changed] == [(("rewrites", ("typo",)),)]
 
 
 def test_stage_one_waits_for_every_lr_at_both_seeds():
@@ -92,6 +102,14 @@ def test_stage_two_suite_gives_each_configuration_its_lr_and_options(tmp_path):
     assert runs["gspo_stage2_1"].method_options["eps_low"] == 3e-3
     assert runs["grpo_stage2_1"].train.lr == 8.9e-5
     assert runs["grpo_stage2_1"].rollout.group_size == 8  # the suite's settings kept
+
+
+def test_the_tuning_table_puts_each_auc_under_its_seed_and_no_mean_before_both():
+    rows = stage1("grpo", {5e-5: (0.35, 0.36)})[::-1]  # the records list seed 23 first
+    rows.append(row("grpo", 1.5e-5, 23, 0.30))
+    text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"])
+    assert "| grpo | lr 5e-05 | 0.3500 | 0.3600 | 0.3550 |" in text
+    assert "| grpo | lr 1.5e-05 | — | — | 1 of 2 seeds in |" in text
 
 
 def test_the_tuning_table_marks_a_choice_only_once_its_runs_are_in():

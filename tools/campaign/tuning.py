@@ -64,7 +64,7 @@ def read_aucs(table, defaults: dict[str, dict[str, Any]]) -> dict[Config, list[f
     """``{configuration: [AUC of each tuning seed]}`` from a records table (``runs.csv``'s
     ``kind == "run"`` rows: ``seed``, ``auc``, ``config`` as JSON). ``defaults``: each method's
     default options, so that a configuration names only the options it changes."""
-    out: dict[Config, list[float]] = {}
+    by_seed: dict[Config, dict[int, float]] = {}
     for _, row in table[table["kind"] == "run"].iterrows():
         if int(row["seed"]) not in TUNING_SEEDS or row["auc"] != row["auc"]:  # NaN: no AUC
             continue
@@ -73,14 +73,25 @@ def read_aucs(table, defaults: dict[str, dict[str, Any]]) -> dict[Config, list[f
         default = defaults.get(method, {})
         changed = tuple(
             sorted(
-                (k, v)
+                (k, _hashable(v))
                 for k, v in config.get("method_options", {}).items()
-                if default.get(k, v) != v
+                # JSON gives a list where the default is a tuple (SCAPO's rewrites): the same
+                if _hashable(default.get(k, v)) != _hashable(v)
             )
         )
         key = Config(method, float(config["train"]["lr"]), changed)
-        out.setdefault(key, []).append(float(row["auc"]))
-    return out
+        by_seed.setdefault(key, {})[int(row["seed"])] = float(row["auc"])
+    # in seed order, whatever the records' order: the table's columns are the seeds
+    return {key: [aucs[seed] for seed in sorted(aucs)] for key, aucs in by_seed.items()}
+
+
+def _hashable(value: Any) -> Any:
+    """An option's value as a key part and as compared: a list or tuple as a tuple."""
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(item) for item in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
 
 
 def best(configs: dict[Config, list[float]]) -> Config:
@@ -181,12 +192,13 @@ def tuning_table(aucs: dict[Config, list[float]], methods: list[str]) -> str:
             else:
                 marks[first] = "stage 1's best"
         for config in sorted(mine, key=lambda c: (c.options, c.lr)):
-            values = mine[config] + [math.nan] * (len(TUNING_SEEDS) - len(mine[config]))
-            cells = " | ".join(f"{v:.4f}" for v in values)
-            mean = statistics.mean(mine[config])
-            lines.append(
-                f"| {method} | {config.label()} | {cells} | {mean:.4f} | {marks.get(config, '')} |"
-            )
+            if config in complete:
+                cells = " | ".join(f"{v:.4f}" for v in mine[config])
+                cells += f" | {statistics.mean(mine[config]):.4f}"
+            else:  # a seed still running: no mean of the seeds that are in
+                done = len(mine[config])
+                cells = " | ".join(["—"] * len(TUNING_SEEDS)) + f" | {done} of 2 seeds in"
+            lines.append(f"| {method} | {config.label()} | {cells} | {marks.get(config, '')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -7,8 +7,10 @@ import pytest
 from creditbench.tools.bench_plan import (
     describe_plan,
     estimate_seconds,
+    expected_wall,
     longest_first,
     setting_method,
+    weighed_busy,
 )
 from creditbench.tools.suite import Run
 
@@ -61,8 +63,32 @@ def test_the_longest_runs_start_first_and_the_unmeasured_before_them():
     order = [r.name for r in longest_first(suite, estimates)]
     assert order == ["a-new-s0", "a-slow-s0", "a-grpo-s0"]
     line = describe_plan(suite, estimates, workers=2)
-    assert "0.2 core-hours for 2 measured runs" in line and "about 0.1 hours on 2 workers" in line
-    assert "1 runs not measured" in line
+    # the new run starts when GRPO's ends (100 s) and, counted at the median (300 s), ends at
+    # 400 s, before the slow one (500 s): 8.3 minutes, not half the sum (5 min)
+    assert "0.17 core-hours for 2 measured runs" in line and "about 8.3 min on 2 workers" in line
+    assert "1 runs not measured" in line and "counted at the median measured run's time" in line
+
+
+def test_the_wall_time_is_the_last_run_to_end_on_the_workers():
+    suite = runs("a", ["short", "long"], seeds=(0,))
+    estimates = {"a-short-s0": 60.0, "a-long-s0": 240.0}
+    assert expected_wall(suite, estimates, workers=2) == 240.0  # the dry run said their mean
+    assert expected_wall(suite, estimates, workers=1) == 300.0
+    assert expected_wall(suite * 3, estimates, workers=2) == 540.0  # each worker the next run
+    assert expected_wall(suite, {}, workers=2) == 0.0
+    assert "about 2.0 hours on 1 workers" in describe_plan(
+        suite, {"a-short-s0": 3600.0, "a-long-s0": 3600.0}, workers=1
+    )
+
+
+def test_a_niced_process_takes_little_from_a_run():
+    """The load average counts the niced campaign's runs as whole cores; the scheduler gives
+    them about a tenth of a core beside a run at nice 0 (10 levels of 1.25)."""
+    before = {1: (0, 10.0), 2: (10, 10.0), 3: (-5, 0.0), 4: (0, 5.0)}
+    after = {1: (0, 12.0), 2: (10, 12.0), 3: (-5, 2.0), 5: (0, 9.0)}  # 4 ended, 5 began
+    busy = weighed_busy(before, after, elapsed=2.0, ours=0)
+    assert busy == pytest.approx(1.0 + 1.25**-10 + 1.0)
+    assert weighed_busy(before, after, elapsed=2.0, ours=10) == pytest.approx(3.0)
 
 
 def test_the_dry_run_prints_each_runs_expected_minutes_from_a_timings_source(

@@ -422,6 +422,14 @@ CASES += [
     ),
     (["claims", "{tmp}", "--reps", "1000000000"], "--reps: must be at most 100,000"),
     (["validate", "--reps", "1000000000"], "--reps: must be at most 100,000"),
+    (
+        ["reproduce", "dapo", "--reps", "1000000000", "--dry-run", "--results", "{out}"],
+        "--reps: must be at most 100,000",
+    ),
+    (  # refused before minutes of pre-training, not when the --bench evaluation starts
+        ["bootstrap", "--bench", "--max-new-tokens", "1000000000", "--cache-dir", "{out}"],
+        "--max-new-tokens: must be below the policy's context of 2,048 tokens",
+    ),
     # an output path with an emoji reaches the folder checks whole (was a UnicodeEncodeError)
     (
         ["train", "--method", "grpo", "--output", "{tmp}/arun/\u00fc \U0001f642"],

@@ -46,10 +46,16 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
         make_task,
         teacher_config,
     )
-    from creditbench.harness.models.modeling import load_policy
+    from creditbench.harness.models.modeling import MAX_POSITIONS, load_policy
 
     fields = {"preset": args.preset, "steps": args.steps, "batch_size": args.batch_size}
     fields.update(lr=args.lr, seed=args.seed)
+    if args.max_new_tokens >= MAX_POSITIONS:  # before minutes of pre-training, not after
+        return usage_error(
+            "bootstrap",
+            f"--max-new-tokens: must be below the policy's context of {MAX_POSITIONS:,} tokens, "
+            f"which also holds the prompt (got {args.max_new_tokens:,})",
+        )
     if args.n_eval < 1:
         return usage_error("bootstrap", f"--n-eval: must be >= 1 (got {args.n_eval})")
     if args.threads is not None:
@@ -172,7 +178,12 @@ def add_bootstrap_commands(subparsers: Any) -> None:
     p.add_argument("--ship", action="store_true", help="copy it into the package's assets")
     p.add_argument("--bench", action="store_true", help="print accuracies on the eval split")
     p.add_argument("--n-eval", type=positive_int, default=200, help="eval problems for --bench")
-    p.add_argument("--max-new-tokens", type=positive_int, default=256, help="generation length cap")
+    p.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=256,
+        help="generation length cap for --bench, below the policy's context (2048)",
+    )
     p.add_argument(
         "--threads", type=thread_count, help="torch CPU threads (default: torch's choice)"
     )

@@ -130,7 +130,11 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=positive_int, help="eval problems")
     p.add_argument("--k", type=positive_int, help="samples per problem for the sampled accuracy")
     p.add_argument("--temperature", type=float)
-    p.add_argument("--max-new-tokens", type=positive_int)
+    p.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        help="below the model's context, which holds the prompt",
+    )
     p.add_argument("--seed", type=seed_value, default=0, help="in [0, 2**32) (default 0)")
     p.add_argument("--threads", type=thread_count, help="torch CPU threads, at most the CPUs")
     p.add_argument(

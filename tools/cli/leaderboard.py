@@ -123,7 +123,7 @@ def add_leaderboard_commands(subparsers) -> None:
         "--reps",
         type=resample_count,
         default=2000,
-        help="bootstrap resamples per interval (default 2000)",
+        help="bootstrap resamples per interval (default 2000, at most 100,000)",
     )
     p.add_argument(
         "--records-only", action="store_true", help="write only runs.csv, the runs' records"
@@ -145,7 +145,10 @@ def add_leaderboard_commands(subparsers) -> None:
     p.add_argument("--card", action="append", default=[], help="one card's claims (repeatable)")
     p.add_argument("--out", default=None, help="also write the page to this file")
     p.add_argument(
-        "--reps", type=resample_count, default=2000, help="bootstrap resamples (default 2000)"
+        "--reps",
+        type=resample_count,
+        default=2000,
+        help="bootstrap resamples (default 2000, at most 100,000)",
     )
     p.set_defaults(func=_cmd_claims)
 
@@ -158,12 +161,17 @@ def add_leaderboard_commands(subparsers) -> None:
         help="results folder (default: runs/bench-validation); with --report-only also a runs.csv",
     )
     p.add_argument(
-        "--workers", type=worker_count, help="parallel runs (default: sized to the machine)"
+        "--workers",
+        type=worker_count,
+        help="parallel runs, at most 4 x the cores (default: sized to the machine)",
     )
     p.add_argument(
         "--report-only", action="store_true", help="only write the report of finished runs"
     )
     p.add_argument(
-        "--reps", type=resample_count, default=2000, help="bootstrap resamples (default 2000)"
+        "--reps",
+        type=resample_count,
+        default=2000,
+        help="bootstrap resamples (default 2000, at most 100,000)",
     )
     p.set_defaults(func=_cmd_validate)

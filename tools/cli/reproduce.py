@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.tools.cli.common import positive_int, usage_error, worker_count
+from creditbench.tools.cli.common import positive_int, resample_count, usage_error, worker_count
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
@@ -57,7 +57,8 @@ def add_reproduce_commands(subparsers) -> None:
     p.add_argument(
         "--seeds",
         type=positive_int,
-        help="seeds per method (default: the standard suite's 10; a quick look: the card's, 3)",
+        help="seeds per method, at most 10,000 (default: the standard suite's 10; a quick look: "
+        "the card's, 3)",
     )
     p.add_argument(
         "--records",
@@ -77,7 +78,9 @@ def add_reproduce_commands(subparsers) -> None:
     p.add_argument("--steps", type=positive_int, help="paper: optimizer steps per run")
     p.add_argument("--n-eval", type=positive_int, help="evaluation problems (eval.n_problems)")
     p.add_argument(
-        "--workers", type=worker_count, help="cpu: parallel runs (default: one per core)"
+        "--workers",
+        type=worker_count,
+        help="cpu: parallel runs, at most 4 x the cores (default: one per core)",
     )
     p.add_argument("--model-dir", help="paper: a local copy of the paper's model")
     p.add_argument("--task", help="paper: the task when the card's training data is not ours")
@@ -98,7 +101,10 @@ def add_reproduce_commands(subparsers) -> None:
         "--dry-run", action="store_true", help="print the plan and the runs, run nothing"
     )
     p.add_argument(
-        "--reps", type=positive_int, default=2000, help="bootstrap resamples (default 2000)"
+        "--reps",
+        type=resample_count,
+        default=2000,
+        help="bootstrap resamples (default 2000, at most 100,000)",
     )
     p.add_argument(
         "--engine",

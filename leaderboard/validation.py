@@ -41,6 +41,7 @@ import pandas as pd
 
 from .collect import collect_runs, refuse_no_runs
 from .gains import MIN_PAIRS_FOR_A_CLAIM, gain, paired_gaps
+from .records import spreadsheet_safe
 from .saturation import seed_interval
 from .stats import (
     auc_over_responses,
@@ -241,14 +242,16 @@ def validation_csv(rows: pd.DataFrame) -> str:
     trained responses up to the horizon every run reached, and of the training stream (online);
     responses to reach halfway from the start to GRPO's final accuracy, medians over seeds;
     GRPO's gain over the start and its share of all-fail groups). A setting run by one method
-    only is a row of 0 seeds without gains; the Markdown report names it under its table."""
+    only is a row of 0 seeds without gains; the Markdown report names it under its table. A
+    setting name that starts like a formula is written behind a ``'``, as in ``runs.csv``."""
     out = pd.DataFrame(index=rows.index)
     for column, source in CSV_COLUMNS.items():
         if source is None:
             out[column] = rows["name"]
         else:
             out[column] = rows[source] if source in rows else math.nan
-    return out.to_csv(index=False, float_format="%.4f")
+    # a setting is named by its suite's label, free text: "=..." must not become a formula
+    return spreadsheet_safe(out).to_csv(index=False, float_format="%.4f")
 
 
 CHAIN_LENGTH = re.compile(r"(?:^|,)steps=(\d+)")  # the chain task's option in a run's options

@@ -910,6 +910,22 @@ def test_csv_cells_that_start_like_a_formula_are_neutralised_and_read_back(board
     assert {config["method"] for config, _, _ in read.values()} == {"grpo", "=cmd|' /C calc'!A0"}
 
 
+def test_a_setting_named_like_a_formula_is_neutralised_in_the_validation_csv():
+    """validate names a setting by its suite's label, which is free text: it reached
+    ``validation.csv`` verbatim."""
+    import csv
+    import io
+
+    import pandas as pd
+
+    from creditbench.leaderboard.validation import validation_csv
+
+    rows = pd.DataFrame({"name": ['=HYPERLINK("x")', "steps=4 default"], "seeds": [3, -1]})
+    cells = [row[0:3] for row in csv.reader(io.StringIO(validation_csv(rows)))][1:]
+    assert [c[0] for c in cells] == ['\'=HYPERLINK("x")', "steps=4 default"]
+    assert [c[2] for c in cells] == ["3", "-1"]  # numbers stay numbers
+
+
 def _edit_last_eval(run: Path, edit) -> None:
     import json
 

@@ -464,6 +464,10 @@ CASES += [
     ),
     (["leaderboard", "{tmp}/seed_huge.csv", "--out", "{out}"], "seed_huge.csv:2: seed 1e+23"),
     (["claims", "{tmp}/acc_negative.csv"], "acc_negative.csv:2: sampled_accuracy -5 is"),
+    # claims and validate refuse what the leaderboard refuses, in the same words
+    (["validate", "--results", "{tmp}/acc_nan.csv", "--report-only"], "acc_nan.csv:2: sampled"),
+    (["claims", "{tmp}/damaged"], "grpo-s0/metrics.jsonl:10: not a record"),
+    (["validate", "--results", "{tmp}/damaged", "--report-only"], "metrics.jsonl:10: not a"),
 ]
 
 

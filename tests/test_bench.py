@@ -267,6 +267,8 @@ budget: {{unit: steps, amount: 2}}
         assert RunDir(results / name).read_summary()["steps"] == 2
     out = capsys.readouterr().out
     assert "grpo" in out.split("setting")[-1]  # the summary table
+    # and where the board went (the bench wrote it and said nothing)
+    assert f"board: {results / 'leaderboard.md'} (and leaderboard.html beside it)" in out
     assert main(["bench", "--suite", str(suite), "--results", str(results), "--dry-run"]) == 0
     assert capsys.readouterr().out.count("[  done]") == 2
     assert "Suite tiny: all 2 runs finished." in (results / "leaderboard.md").read_text()

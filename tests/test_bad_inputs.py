@@ -883,6 +883,81 @@ def test_a_full_disk_in_a_checkpoint_reported_by_torch_is_one_line_saying_what_i
     assert [p.name for p in (tmp_path / "r" / "checkpoints").iterdir()] == ["step-000002"]
 
 
+def _no_space(*args, **kwargs):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["weights (safetensors)", "weights (torch)", "optimizer.pt", "rng.pt", "trainer_state.json",
+     "COMPLETE"],
+)  # fmt: skip
+def test_a_full_disk_anywhere_in_a_checkpoint_is_one_line_saying_what_is_kept(
+    tmp_path, monkeypatch, where
+):
+    """Every writer of a checkpoint reports a full disk in its own words (safetensors'
+    SafetensorError, torch's RuntimeError, Python's OSError): each reaches train's one line as
+    an OSError, the torn checkpoint goes, and the last complete one is the one named."""
+    import pathlib
+    import types
+
+    from safetensors import SafetensorError
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from creditbench.harness.records import rundir
+    from creditbench.tools.cli.train import _os_failure
+
+    model = Qwen2ForCausalLM(
+        Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    )  # fmt: skip
+    run = rundir.RunDir(tmp_path / "r")
+    run.path.mkdir()
+
+    def save(step):
+        return run.save_checkpoint(
+            step, model=model, tokenizer=None, optimizer_state={}, trainer_state={"step": step}
+        )
+
+    kept = save(2)
+    if where.startswith("weights"):
+        message = "IoError(Os { code: 28, kind: StorageFull })"
+        error = SafetensorError(message) if "safetensors" in where else RuntimeError("unexpected")
+
+        def save_pretrained(*args, **kwargs):
+            raise error
+
+        monkeypatch.setattr(type(model), "save_pretrained", save_pretrained)
+    elif where.endswith(".pt"):  # torch saves optimizer.pt, then rng.pt
+        real_save, saves = rundir.torch.save, []
+
+        def torch_save(obj, f, *args, **kwargs):
+            saves.append(obj)
+            if len(saves) == ["optimizer.pt", "rng.pt"].index(where) + 1:
+                raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64")
+            real_save(obj, f, *args, **kwargs)
+
+        monkeypatch.setattr(rundir.torch, "save", torch_save)
+    elif where == "trainer_state.json":
+        real_write = pathlib.Path.write_text
+        monkeypatch.setattr(
+            pathlib.Path,
+            "write_text",
+            lambda self, *a, **k: _no_space() if self.name == where else real_write(self, *a, **k),
+        )
+    else:
+        monkeypatch.setattr(rundir, "atomic_write_text", _no_space)
+    with pytest.raises(OSError) as failure:
+        save(4)
+    assert [p.name for p in run.checkpoints_path.iterdir()] == [kept.name]
+    line = _os_failure(failure.value, types.SimpleNamespace(run_dir=run))
+    assert line.startswith("cannot write") and len(line.splitlines()) == 1
+    assert f"the last complete checkpoint ({kept.name}) is kept" in line
+    assert line.endswith(f"creditbench train --resume {run.path}")
+
+
 @pytest.fixture(scope="module")
 def board_runs(tmp_path_factory):
     """Finished fake runs of grpo and a method named like a formula, and their runs.csv."""

@@ -209,7 +209,8 @@ class _Pool:
     def __init__(self, size: int, make=_Verifier) -> None:
         self.size, self._make = size, make
         self._idle: queue.LifoQueue[_Verifier] = queue.LifoQueue()  # warm workers first
-        self._made, self._lock, self._all = 0, threading.Lock(), []
+        self._made, self._lock = 0, threading.Lock()
+        self._all: list[_Verifier] = []
 
     def _take(self) -> _Verifier:
         """A worker: an idle one, a new one while fewer than ``size`` exist, else the first to

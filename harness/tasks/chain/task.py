@@ -375,8 +375,10 @@ class ChainTask(TaskBase):
         if kind == "rewrite_suffix":
             return suffix_tag(prompt, rng)
         if kind == "localize":
+            assert response is not None  # refused above
             return localize_prompt(prompt, response)
         if kind == "repair":
+            assert response is not None
             reference = hint if hint is not None else self.reference_solution(problem)
             return repair_prompt(prompt, response, reference)
         if kind == "thinker":

@@ -138,7 +138,8 @@ def value_probes(
     if str(values[-1]) != answer:
         return None
 
-    text, free = prefix, set()
+    text = prefix
+    free: set[int] = set()
     texts: list[str] = []  # the alternatives' texts; the main continuation is prepended
     frees: list[frozenset[int]] = []
     lines: list[tuple[Rendering, ...]] = []

@@ -112,7 +112,8 @@ def corrupt_solution(
     n = len(numbers) - 1
     if not 0 <= step < n:
         raise ValueError(f"step: needs 0 <= step < {n} (got {step})")
-    current, lines = tuple(numbers), []
+    current = tuple(numbers)
+    lines: list[str] = []
     for i in range(n):
         live = live_moves(current, target, config.max_value)
         if i == step and kind == "early stop":

@@ -85,5 +85,5 @@ def value_probes(
         texts.append(ended)
         renderings.append(Rendering(len(texts), cut, len(ended) + 1))  # then a newline
         texts.append(ended + "\n")
-    free = tuple(frozenset() for _ in texts)
+    free: tuple[frozenset[int], ...] = tuple(frozenset() for _ in texts)
     return ValueProbes(tuple(texts), free, (tuple(renderings),))

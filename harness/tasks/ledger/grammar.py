@@ -83,7 +83,8 @@ def walk(start: int, items: list[Op], texts: list[str]) -> Iterator[LineState]:
     """The step lines (their texts) read in order against the items; the chain's alignment of
     item lines (a skipped or inserted item moves it), plus ``fix`` lines."""
     lines = [parse_step(t) for t in texts]
-    expected, carried, target = 0, start, None
+    expected, target = 0, None
+    carried: int | None = start
     for i, (text, line) in enumerate(zip(texts, lines, strict=True)):
         verdict: str | None = None
         fix = is_fix(text)

@@ -460,7 +460,7 @@ def test_method_is_documented(name: str) -> None:
     assert "Deviations" in docs, "the method's docstring must say what it chose (Deviations)"
     # the loss settings are a LossConfig, unless the method's loss is another's (a rule hosted
     # on a host method, methods/compose.py)
-    assert dataclasses.is_dataclass(cls.Config)
+    assert dataclasses.is_dataclass(cls.Config) and isinstance(cls.Config, type)
     assert issubclass(cls.Config, LossConfig) or cls.loss is not CreditMethod.loss
     assert isinstance(cls(), CreditMethod)
     assert set(cls.needs.step_truth) <= set(STEP_TRUTH_KEYS), "unknown key in Needs.step_truth"

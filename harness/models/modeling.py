@@ -120,7 +120,7 @@ def preset_config(preset: str, tokenizer: PreTrainedTokenizerBase) -> Qwen3Confi
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
-        attn_implementation=ATTN_IMPLEMENTATION,
+        attn_implementation=ATTN_IMPLEMENTATION,  # type: ignore[call-arg]  # a PretrainedConfig kwarg
     )
 
 
@@ -196,7 +196,9 @@ def load_policy(
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **extra)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **extra)
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype or torch.float32, **extra
+        )
     except pickle.UnpicklingError as err:
         # a pickled checkpoint holding more than tensors would run code when loaded: never
         reason = (
@@ -253,7 +255,7 @@ def replace_dir(src: Path, dst: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def non_embedding_params(model: torch.nn.Module) -> int:
+def non_embedding_params(model: PreTrainedModel) -> int:
     """Parameters outside the token embedding and the LM head: the N of the FLOP meter."""
     embeddings = {id(p) for p in model.get_input_embeddings().parameters()}
     head = model.get_output_embeddings()
@@ -310,7 +312,7 @@ def generate_texts(
                     padding=True,
                     add_special_tokens=False,
                 ).to(device)
-                out = model.generate(
+                out = model.generate(  # type: ignore[operator]  # GenerationMixin's, untyped
                     **batch,
                     max_new_tokens=max_new_tokens,
                     pad_token_id=tokenizer.pad_token_id,

@@ -58,11 +58,11 @@ def supports(model: Any) -> str | None:
     if getattr(config, "model_type", None) not in MODEL_TYPES:
         return f"model type {getattr(config, 'model_type', None)!r} is not one of {MODEL_TYPES}"
     if getattr(config, "hidden_act", "silu") != "silu":
-        return f"activation {config.hidden_act!r} is not silu"
+        return f"activation {getattr(config, 'hidden_act', None)!r} is not silu"
     if (
         getattr(config, "use_sliding_window", False)
         or getattr(config, "layer_types", None)
-        and any(kind != "full_attention" for kind in config.layer_types)
+        and any(kind != "full_attention" for kind in getattr(config, "layer_types", ()))
     ):
         return "sliding-window attention"
     generation = getattr(model, "generation_config", None)
@@ -202,9 +202,9 @@ class _Decoder:
             keys = keys.repeat_interleave(repeat, 1) if repeat > 1 else keys
             values = values.repeat_interleave(repeat, 1) if repeat > 1 else values
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale)
-        x = x + F.linear(out.transpose(1, 2).reshape(rows, width, h * d), w["o"])
+        x = x + F.linear(out.transpose(1, 2).reshape(rows, width, h * d), w["o"])  # type: ignore[arg-type]
         gate, up = self._wide(self._rms(x, w["ln2"]), w["gate_up"]).chunk(2, -1)  # type: ignore[arg-type]
-        return x + F.linear(F.silu(gate) * up, w["down"])
+        return x + F.linear(F.silu(gate) * up, w["down"])  # type: ignore[arg-type]
 
     def _attend_with_context(
         self, i: int, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from creditbench.harness.scoring.auxiliary import AuxiliaryModel, PolicyOptimizer
+
+if TYPE_CHECKING:
+    from creditbench.harness.budget import BudgetMeter
 
 MODELS = ("policy", "reference", "teacher", "ema", "auxiliary")
 
@@ -61,7 +64,7 @@ class Scorers:
         self.reference = reference
         self._teacher_loader = teacher_loader
         self._teacher = None
-        self._teacher_meter = None
+        self._teacher_meter: BudgetMeter | None = None
         self._ema = None
         self._ema_rate = 0.0
         self.auxiliary: AuxiliaryModel | None = None
@@ -130,6 +133,7 @@ class Scorers:
             return
         self.get("teacher")
         # priced at the teacher's own size by its meter, paid from the run's budget
+        assert self._teacher_meter is not None  # set when the teacher loads
         flops = self._teacher_meter.charge_forward_batch(lengths)
         self.meter.charge_flops(flops, forward_tokens=int(lengths.sum()))
 

@@ -374,7 +374,7 @@ def _axis(check: _Checker, data: Any, where: str) -> Sourced:
 def _caveats(check: _Checker, data: Any, where: str) -> tuple[Caveat, ...]:
     if not isinstance(data, list):
         raise check.fail(where, f"expected a list of {{kind, note}}, got {_kind(data)}")
-    caveats = []
+    caveats: list[Caveat] = []
     for i, item in enumerate(data):
         spot = f"{where}[{i}]"
         check.mapping(item, spot, ("kind", "note"))

@@ -92,7 +92,8 @@ def finished_table(sources: list[Path]):
 
     from creditbench.leaderboard.collect import collect_runs
 
-    tables, seen = [], set()
+    tables: list[pd.DataFrame] = []
+    seen: set[str] = set()
     for source in sources:
         if not source.exists():
             continue

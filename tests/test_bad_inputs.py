@@ -753,6 +753,9 @@ def test_a_killed_run_damaged_on_disk_resumes_to_one_line(
         ["train", "--method", "grpo", "--config", "{fifo}", "--output", "{tmp}/out"],
         ["perf", "--config", "{fifo}"],
         ["values", "--out", "{fifo}"],
+        # these two did not wait: the suite read as absent, --timings a traceback
+        ["bench", "--suite", "{fifo}", "--results", "{tmp}/out"],
+        ["bench", "--suite", "quick", "--timings", "{fifo}", "--results", "{tmp}/out"],
     ],
 )
 def test_a_fifo_is_refused_not_waited_on(tmp_path, capsys, argv):

@@ -9,6 +9,7 @@ import argparse
 
 from creditbench.tools.cli.common import (
     add_set_option,
+    not_a_regular_file,
     positive_int,
     quiet_transformers,
     usage_error,
@@ -25,6 +26,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         "finished step (runs checkpoint every step unless the suite says otherwise); the same "
         "command resumes them"
     )
+    # a FIFO as the suite read as absent, and as --timings escaped as a traceback
+    for flag, path in [("--suite", args.suite), *(("--timings", t) for t in args.timings)]:
+        if problem := not_a_regular_file(path):
+            return usage_error("bench", f"{flag}: {problem}")
     try:
         seeds = parse_seeds(args.seeds) if args.seeds is not None else None
         return run_suite(

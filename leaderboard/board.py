@@ -84,15 +84,22 @@ def _step_seconds(runs: pd.DataFrame) -> pd.Series:
 
 
 def _cost_ratios(group: pd.DataFrame, rows: dict[str, dict]) -> None:
-    """FLOPs and wall seconds per step of each method over GRPO's (module doc)."""
+    """FLOPs and wall seconds per step of each method over GRPO's (module doc), and how many of
+    the setting's runs record no pace of their evaluations (``wall_unpaced_runs`` of
+    ``wall_runs``): where any does, the wall ratio compares raw steps, whatever loads the runs
+    met (a method's runs on a loaded machine beside committed records), and the page says so."""
     flops = _per_step(group, "flops_total").groupby(group["method"]).mean()
     wall = _step_seconds(group).groupby(group["method"]).median()
+    pace = group.get("eval_token_seconds", pd.Series(math.nan, index=group.index))
+    unpaced = int((~(pace > 0)).sum())
     for name, per_method in (("flops", flops), ("wall", wall)):
         base = per_method.get(BASELINE, math.nan)
         for method, row in rows.items():
             value = per_method.get(method, math.nan)
             ok = math.isfinite(value) and math.isfinite(base) and base > 0
             row[f"{name}_per_step_ratio"] = value / base if ok else math.nan
+    for row in rows.values():
+        row["wall_unpaced_runs"], row["wall_runs"] = unpaced, len(group)
 
 
 def summarize(table: pd.DataFrame, *, reps: int = 2000, seed: int = 0) -> dict[str, pd.DataFrame]:

@@ -49,7 +49,14 @@ from .records import spreadsheet_safe
 from .samples import samples_sentence, samples_table
 from .stats import BASELINE, GROUP, ORACLE, ordered_groups
 from .suite_manifests import manifest_folders, suite_coverage, suite_names
-from .tables import accuracy_table, credit_table, gains_table, paper_table, position_notes
+from .tables import (
+    accuracy_table,
+    credit_table,
+    gains_table,
+    paper_table,
+    position_notes,
+    wall_time_note,
+)
 from .verdict import setting_verdict
 
 
@@ -190,7 +197,8 @@ def build_blocks(
                 + ("" if key[2] == "default" else f", setting {key[2]}")
                 + f"; accuracy: {metric} on the eval split."
                 + (" One seed (n=1) has no interval." if (frame["n_seeds"] < 2).any() else "")
-                + "".join(f" {note}" for note in position_notes(frame)),
+                + "".join(f" {note}" for note in position_notes(frame))
+                + (f" {note}" if (note := wall_time_note(frame)) else ""),
             )
         )
         blocks.append(("p", samples_sentence(frame)))

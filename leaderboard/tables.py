@@ -106,6 +106,23 @@ def gains_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def wall_time_note(frame: pd.DataFrame) -> str:
+    """Where the wall time a step is read from raw steps (some run records no pace of its
+    evaluations), a sentence saying what it then compares; ``""`` otherwise."""
+    if "wall_unpaced_runs" not in frame or "wall_per_step_ratio" not in frame:
+        return ""
+    if not frame["wall_per_step_ratio"].notna().any():
+        return ""
+    unpaced, runs = int(frame["wall_unpaced_runs"].max()), int(frame["wall_runs"].max())
+    if unpaced == 0:
+        return ""
+    return (
+        f"Wall time a step: {unpaced} of the setting's {runs} runs record no pace of their "
+        "evaluations, so it is read from the raw steps, each under the load its machine had "
+        "then (runs of a loaded machine beside records made on a quieter one look slower)."
+    )
+
+
 def position_notes(frame: pd.DataFrame) -> list[str]:
     """Why positions are n/a, one sentence per distinct reason."""
     if "position_note" not in frame:

@@ -155,21 +155,25 @@ def _run_seconds(summary: dict, records: list[dict]) -> dict[str, float]:
     (``eval_token_seconds``), the same work in every run of a setting, which the board divides
     the step by to take out the load the run met. Each where recorded."""
     seconds = {}
-    wall = (summary.get("time") or {}).get("wall_seconds")
+    wall: Any = (summary.get("time") or {}).get("wall_seconds")
     if _finite(wall):
         seconds["wall_seconds"] = float(wall)
-    evals = [(r.get("time") or {}).get("eval") for r in records if isinstance(r.get("eval"), dict)]
+    evals: list[Any] = [
+        (r.get("time") or {}).get("eval") for r in records if isinstance(r.get("eval"), dict)
+    ]
     if evals and all(_finite(t) for t in evals):
         seconds["eval_seconds"] = float(sum(evals))
         # the machine's pace while the run ran: each evaluation's seconds over its samples' mean
         # length (the same problems and samples at every point of every run of a setting), the
         # median over the run's evaluations, so one paused evaluation moves it little
-        lengths = [r["eval"].get("mean_length") for r in records if isinstance(r.get("eval"), dict)]
+        lengths: list[Any] = [
+            r["eval"].get("mean_length") for r in records if isinstance(r.get("eval"), dict)
+        ]
         if all(_finite(n) and float(n) > 0 for n in lengths):
             paces = [float(t) / float(n) for t, n in zip(evals, lengths, strict=True)]
             seconds["eval_token_seconds"] = float(statistics.median(paces))
-    steps = [(r.get("time") or {}).get("step") for r in records if "eval" not in r]
-    steps = [float(t) for t in steps if _finite(t)]
+    recorded: list[Any] = [(r.get("time") or {}).get("step") for r in records if "eval" not in r]
+    steps = [float(t) for t in recorded if _finite(t)]
     if steps:
         seconds["step_seconds"] = float(statistics.median(steps))
     return seconds

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from creditbench.tools.suite import (
@@ -87,11 +88,11 @@ def run_suite(
     workers: int | None = None,
     results: str | None = None,
     dry_run: bool = False,
-    overrides: list[str] = (),
-    only: list[str] = (),
+    overrides: Sequence[str] = (),
+    only: Sequence[str] = (),
     threads: int | None = None,
     seeds: list[int] | None = None,
-    timings: list[str] = (),
+    timings: Sequence[str] = (),
 ) -> int:
     """Run every run of a suite (or those matching ``only``); print a summary, render the
     leaderboard. ``seeds`` replaces the suite's seeds (a confirmatory set on new seeds runs

@@ -42,7 +42,8 @@ class _GradientRecorder:
     """Stands in for the optimizer: keeps the flattened gradient instead of stepping."""
 
     def __init__(self, params: list[torch.nn.Parameter]) -> None:
-        self.params, self.gradient = params, None
+        self.params = params
+        self.gradient: torch.Tensor | None = None
 
     def step(self) -> None:
         self.gradient = torch.cat([p.grad.reshape(-1) for p in self.params if p.grad is not None])

@@ -27,6 +27,7 @@ against 157 tokens in the board's GRPO runs).
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -97,7 +98,7 @@ def run_phases(overrides: list[str], repeats: int = 3) -> int:
                 wall[name]["step"].append(seconds[1])
         for repeat in range(repeats):
             for name in order if repeat % 2 == 0 else order[::-1]:
-                seconds = timed(lambda t=trainers[name]: later_point_evaluation(t))
+                seconds = timed(functools.partial(later_point_evaluation, trainers[name]))
                 cpu[name]["eval"].append(seconds[0])
                 wall[name]["eval"].append(seconds[1])
         start = {name: start_evaluation_seconds(trainers[name]) for name in order}

@@ -36,7 +36,7 @@ import fnmatch
 import itertools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -130,7 +130,7 @@ def _mapping(value: Any, path: Path, where: str) -> dict[str, Any]:
     return dict(value)
 
 
-def expand_suite(suite: dict[str, Any], path: Path, extra: list[str] = ()) -> list[Run]:
+def expand_suite(suite: dict[str, Any], path: Path, extra: Sequence[str] = ()) -> list[Run]:
     """The runs of a suite, in a fixed order."""
     from creditbench.methods.registry import list_methods
 

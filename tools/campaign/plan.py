@@ -310,7 +310,7 @@ def _phases(
             raise fail(f"{where}: rule", f"{rule!r}; known: {', '.join(RULES)}")
         if rule and setting != "easy":
             raise fail(f"{where}: rule", "the easy-seeds rule chooses seeds of the easy setting")
-        phases.append(Phase(number, setting, seeds, methods, rule, named="methods" in item))
+        phases.append(Phase(number, str(setting), seeds, methods, rule, named="methods" in item))
     return tuple(phases)
 
 

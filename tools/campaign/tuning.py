@@ -151,7 +151,7 @@ def stage2_suite(stage1_suite: dict[str, Any], configs: list[Config]) -> dict[st
         "Stage 2 of the tuning rule (docs/testbed.md): two configurations a method at its "
         "stage-1 lr, written from stage 1's records by tools/campaign/tuning.py."
     )
-    variants = []
+    variants: list[dict[str, Any]] = []
     for config in configs:
         index = sum(1 for v in variants if v["method"] == config.method) + 1
         entry: dict[str, Any] = {"name": f"{config.method}_stage2_{index}", "method": config.method}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from creditbench.reference.cards import Card
 from creditbench.tools.bench_plan import COMMITTED_RECORDS
@@ -76,7 +77,7 @@ def claim_runs(card: Card, seeds: int | None = None):
 
     path = suite_path(SUITE)
     suite = load_suite(path)
-    entries = []
+    entries: list[str | dict[str, Any]] = []
     for name in claim_rows(card):
         row = card.method_row(name)
         if on_the_board(card, name):

@@ -327,9 +327,9 @@ def render_report(
     found = []
     for t in tables:
         paper = paper_values(card, t, plan.methods)
-        mine = {m: ours[m].final_interval.point for m in paper if m in ours}
-        samples = {m: ours[m].final for m in mine}
-        agreement = ordering_agreement(paper, mine, samples, reps=reps)
+        points = {m: ours[m].final_interval.point for m in paper if m in ours}
+        samples = {m: ours[m].final for m in points}
+        agreement = ordering_agreement(paper, points, samples, reps=reps)
         if agreement is not None:
             found.append((t, agreement))
     if found:

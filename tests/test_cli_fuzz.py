@@ -6,8 +6,9 @@ the ones nobody did: a field set to a huge integer, NaN, a list or an emoji, a f
 a config file with one key changed. Each example stays cheap: a command that could start real
 work is given a guard it is refused by after everything drawn is checked (a model folder that
 does not exist, checked after the config and the method's options; an ``--out`` under a file,
-checked after the flags), so no example trains, samples or renders. Run in CI's slow step
-(``python -m pytest -m slow``); about a minute and a half for its 300 examples on two cores.
+checked after the flags; for bench the same model folder, checked after its seeds, its sizes
+and each run's config), so no example trains, samples or renders. Run in CI's slow step
+(``python -m pytest -m slow``); about 15 s for its 300 examples on two shared cores.
 """
 
 from __future__ import annotations
@@ -81,6 +82,12 @@ WORDS = st.one_of(
     st.integers(min_value=-(2**64), max_value=2**64).map(str),
     st.text(max_size=8),
 )
+# what a user might give bench's --seeds: lists and ranges, huge, reversed or malformed
+SEED_LISTS = st.one_of(
+    WORDS,
+    st.lists(st.integers(-5, 2**40), min_size=1, max_size=3).map(lambda s: ",".join(map(str, s))),
+    st.tuples(st.integers(-5, 2**33), st.integers(-5, 2**33)).map(lambda r: f"{r[0]}-{r[1]}"),
+)
 
 
 def _yaml(value) -> str:
@@ -96,7 +103,8 @@ def _yaml(value) -> str:
 def command_lines(draw, tmp: Path) -> list[str]:
     """One command line with a guard that refuses it before any real work."""
     guard_model = f"model.path={tmp}/nosuch"
-    verb = draw(st.sampled_from(["train", "train-config", "eval", "explain", "data", "claims"]))
+    verbs = ["train", "train-config", "eval", "explain", "data", "claims", "leaderboard", "bench"]
+    verb = draw(st.sampled_from(verbs))
     if verb == "train":
         sets = draw(st.lists(st.tuples(KEYS, VALUES), max_size=3))
         argv = ["train", "--method", draw(st.sampled_from(["grpo", "dapo", "oppo", "nosuch"]))]
@@ -138,6 +146,16 @@ def command_lines(draw, tmp: Path) -> list[str]:
                 value = f"{draw(st.sampled_from(['steps', 'nosuch', 'slip_rate']))}={value}"
             argv += [flag, value]
         return argv
+    if verb == "leaderboard":
+        return ["leaderboard", f"{tmp}/hollow", "--reps", draw(WORDS), "--out", f"{tmp}/afile/x"]
+    if verb == "bench":
+        argv = ["bench", "--suite", f"{tmp}/suite.yaml", "--results", f"{tmp}/results"]
+        flags = draw(st.lists(st.sampled_from(["--seeds", "--workers", "--threads"]), max_size=3))
+        for flag in flags:
+            argv += [flag, draw(SEED_LISTS if flag == "--seeds" else WORDS)]
+        for key, value in draw(st.lists(st.tuples(KEYS, VALUES), max_size=2)):
+            argv += ["--set", f"{key}={_yaml(value)}"]
+        return [*argv, "--set", guard_model]  # the last --set wins over the drawn ones
     argv = ["claims", f"{tmp}/hollow", "--reps", draw(WORDS)]
     return argv + (
         ["--card", draw(st.sampled_from(["dapo", "nosuch"]))] if draw(st.booleans()) else []
@@ -161,6 +179,7 @@ def test_any_command_line_exits_0_or_2_in_one_line_and_writes_nothing_when_refus
     try:
         (tmp / "afile").write_text("a file, not a folder\n")
         (tmp / "hollow").mkdir()
+        (tmp / "suite.yaml").write_text("methods: [grpo]\nseeds: [0]\ntasks: [{name: chain}]\n")
         argv = data.draw(command_lines(tmp), label="argv")
         before = _listing(tmp)
         out, err = io.StringIO(), io.StringIO()

@@ -36,6 +36,7 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers.utils import logging as hf_logging
 
 from creditbench.harness.typed import ConfigError
 
@@ -194,6 +195,10 @@ def load_policy(
         extra["gguf_file"] = gguf_file
     from safetensors import SafetensorError
 
+    # transformers draws a bar over a model's tensors as it loads them: noise in every run's
+    # and the tutorial's output for a load of under a second (the CLI turns its bars off)
+    bars_shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **extra)
         model: Any = AutoModelForCausalLM.from_pretrained(
@@ -211,6 +216,9 @@ def load_policy(
     except (OSError, ValueError, KeyError, RuntimeError, EOFError, SafetensorError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ModelLoadError(f"{path}: cannot load a model from it ({first})") from None
+    finally:
+        if bars_shown:
+            hf_logging.enable_progress_bar()
     if gguf_file:
         # the GGUF weights are dequantised into plain tensors as they load; the quantizer that
         # transformers leaves attached only makes save_pretrained refuse the model ("not

@@ -562,6 +562,9 @@ def test_a_bad_input_is_one_line_exit_2_and_writes_nothing(folder, capsys, argv,
 
 def test_the_catalogue_has_a_case_for_every_kind_it_promises():
     assert len(CASES) >= 200 and len({tuple(argv) for argv, _ in CASES}) == len(CASES)
+    # docs/harness.md's table of promises says how many command lines it holds
+    page = (Path(__file__).parents[1] / "docs" / "harness.md").read_text(encoding="utf-8")
+    assert f"(the catalogue: {len(CASES)} command lines over every verb)" in page
 
 
 def _float_fields():

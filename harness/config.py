@@ -26,7 +26,7 @@ import yaml
 
 from creditbench.common.yaml_loading import load_yaml
 from creditbench.harness.typed import ConfigError, from_dict, to_dict
-from creditbench.methods.checks import check_fields
+from creditbench.methods.field_checks import check_fields
 
 __all__ = [
     "BudgetConfig",

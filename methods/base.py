@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .checks import check_fields, check_finite_numbers
 from .contract import (
     ALL_GROUPS,
     BEHAVIOUR_STATISTICS,
@@ -37,6 +36,7 @@ from .core import (
     kl_estimate,
     masked_mean,
 )
+from .field_checks import check_fields, check_finite_numbers
 
 __all__ = [
     "SINGLETON_RULES",

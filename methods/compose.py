@@ -29,9 +29,9 @@ from typing import Any, ClassVar
 from torch import Tensor
 
 from .base import CreditMethod
-from .checks import check_finite_numbers
 from .contract import GroupFilter, Services
 from .core import Normalizers, RolloutBatch
+from .field_checks import check_finite_numbers
 
 __all__ = ["HostedConfig", "HostedCredit"]
 

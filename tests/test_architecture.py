@@ -45,7 +45,7 @@ RUN_FORMAT = ["harness", "records", "files"]
 # rule's host (HostedCredit), whose loss an engine runs for the rule (no method's name)
 SHARED_METHOD_MODULES = {
     "compose",
-    "checks",
+    "field_checks",
     "core",
     "base",
     "contract",

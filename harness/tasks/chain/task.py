@@ -35,7 +35,7 @@ from creditbench.harness.tasks.base import (
     StepVerdict,
     TaskBase,
 )
-from creditbench.methods.checks import check_fields
+from creditbench.methods.field_checks import check_fields
 
 from .grammar import (
     ALPHABET,

@@ -23,7 +23,7 @@ from creditbench.harness.tasks.base import (
     StepVerdict,
     TaskBase,
 )
-from creditbench.methods.checks import check_fields
+from creditbench.methods.field_checks import check_fields
 
 from .grammar import ALPHABET, ERROR_KINDS, judge, layout, parse_answer, reachable
 from .traces import corrupt_solution, play, reference_solution

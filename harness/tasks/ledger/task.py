@@ -52,7 +52,7 @@ from creditbench.harness.tasks.chain.prompts import (
 )
 from creditbench.harness.tasks.chain.traces import corrupt_solution
 from creditbench.harness.tasks.chain.values import ValueProbes
-from creditbench.methods.checks import check_fields
+from creditbench.methods.field_checks import check_fields
 
 from .grammar import filler_spans, read
 from .traces import plan_text, render, repair_solution, sample_solution

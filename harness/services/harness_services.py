@@ -2,10 +2,10 @@
 budget.
 
 A method sees one :class:`HarnessServices` per run: a thin object that composes the parts doing
-the work, each in its own module: the prompt schedule (:mod:`.prompts`), sampling (here: the
-rollout backend and its budget charge), graded batches (:mod:`.batches`), the scoring passes
-(:mod:`creditbench.harness.scoring.passes`) and the task's text helpers (:mod:`.text`). Every
-forward pass, generation and scoring pass is charged to the run's
+the work, each in its own module: the prompt schedule (:mod:`.prompt_schedule`), sampling
+(here: the rollout backend and its budget charge), graded batches (:mod:`.batches`), the scoring
+passes (:mod:`creditbench.harness.scoring.passes`) and the task's text helpers (:mod:`.text`).
+Every forward pass, generation and scoring pass is charged to the run's
 :class:`~creditbench.harness.budget.BudgetMeter`, so no method can spend compute the others do
 not pay for.
 
@@ -29,7 +29,7 @@ from creditbench.harness.scoring.passes import ScoringPasses
 from creditbench.harness.scoring.scorers import Scorers
 from creditbench.harness.services.batches import GradedBatches
 from creditbench.harness.services.model_services import ModelServices
-from creditbench.harness.services.prompts import PromptSchedule
+from creditbench.harness.services.prompt_schedule import PromptSchedule
 from creditbench.harness.services.step_plan import StepPlan
 from creditbench.harness.services.task_values import task_state_values
 from creditbench.harness.services.text import TaskText

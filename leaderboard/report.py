@@ -157,7 +157,11 @@ def build_blocks(
     figures: dict[str, bytes],
     n_runs: int,
     coverage: Sequence[str] = (),
+    labels: dict[tuple, str] | None = None,
 ) -> list[tuple]:
+    """The page as blocks; ``labels`` names a setting as its suite does (:func:`setting_labels`),
+    its options then on the line below the heading."""
+    labels = labels or {}
     methods = stats["methods"]
     # a board of one seed a method (the quick suite) has no interval to draw or rank by
     pairs = methods["gain_auc_pairs"] if "gain_auc_pairs" in methods else methods["n_seeds"]
@@ -183,7 +187,13 @@ def build_blocks(
     for key, frame in ordered_groups(methods):
         name = plots.slug(key)
         metric = frame["accuracy_metric"].iloc[0]
-        blocks.append(("h2", plots.group_title(key)))
+        if label := labels.get(key):
+            blocks.append(("h2", f"The {label} setting · {key[0]}"))
+            blocks.append(
+                ("p", f"Options: {key[1]}" + ("" if key[2] == "default" else f", {key[2]}"))
+            )
+        else:
+            blocks.append(("h2", plots.group_title(key)))
         blocks.append(("p", setting_verdict(frame)))
         if price := price_sentence(stats.get("oracle_price", pd.DataFrame()), frame):
             blocks.append(("p", price))
@@ -377,6 +387,24 @@ def provenance(table: pd.DataFrame) -> str:
     return f"Code: git commit {code}{edits}." + (f" Packages: {versions}." if versions else "")
 
 
+def setting_labels(table: pd.DataFrame) -> dict[tuple, str]:
+    """``{(task, options, setting): label}``: the name a suite gives a setting (``label: hard``
+    in tools/suites/standard.yaml), read from its runs' names (``chain-hard-steps=10-...-grpo-s0``:
+    the word after the task, before the options), where every run of the setting carries the
+    same one. A reader says "the hard setting"; the options stay on the line below."""
+    runs = table[table["kind"] == "run"]
+    labels: dict[tuple, str] = {}
+    for key, group in runs.groupby(GROUP, sort=False):
+        found = set()
+        for name in group["run"].astype(str):
+            rest = name.rsplit("/", 1)[-1].removeprefix(f"{key[0]}-")
+            word, _, options = rest.partition("-")
+            found.add(word if word and "=" not in word and "=" in options else None)
+        if len(found) == 1 and None not in found:
+            labels[key] = found.pop()
+    return labels
+
+
 def render(
     sources: str | Path | Sequence[str | Path],
     out_dir: str | Path | None = None,
@@ -441,7 +469,8 @@ def render(
     # the board is named after the suites it shows, else after the folder it is written to
     suites = suite_names(folders)
     name = f"suite {', '.join(suites)}" if suites else out.resolve().name
-    blocks = build_blocks(name, stats, papers, warnings, figures, n_runs, coverage)
+    labels = setting_labels(table)
+    blocks = build_blocks(name, stats, papers, warnings, figures, n_runs, coverage, labels)
     blocks.append(("h2", "Provenance"))
     blocks.append(("p", provenance(table)))
     texts = {

@@ -148,6 +148,7 @@ class _FakeProcess:
 class _Bar:
     def __init__(self, total, initial, **kwargs):
         self.total, self.n, self.positions, self.lines = total, initial, [], []
+        self.initial = initial
 
     def refresh(self):
         self.positions.append(self.n)
@@ -178,6 +179,30 @@ def test_the_bar_never_goes_backwards_and_each_run_prints_a_line(tmp_path, monke
         "done   rloo chain seed 0",
         "done   grpo chain seed 0",
     ]
+
+
+def test_a_resumed_bench_starts_its_bar_where_the_stopped_one_left_it(tmp_path, monkeypatch):
+    """Runs stopped part-way (a Ctrl-C) count what they had done from the bar's first frame:
+    it started at the finished runs' count and went back (4.22 -> 4.00 of 28)."""
+    runs = [Run(f"chain-{m}-s0", m, "chain", 0, [], "chain") for m in ("grpo", "rloo")]
+    for run, fraction in zip(runs, (0.5, 0.25), strict=True):
+        (tmp_path / run.name).mkdir()
+        (tmp_path / run.name / "metrics.jsonl").write_text(
+            json.dumps({"budget_fraction": fraction})
+        )
+    _FakeProcess.script = {"chain-grpo-s0": [0.5, 0.75], "chain-rloo-s0": [0.25, 0.5]}
+    monkeypatch.setattr(bench_workers.subprocess, "Popen", _FakeProcess)
+    monkeypatch.setattr(bench_workers.time, "sleep", lambda seconds: None)
+    bars: list[_Bar] = []
+
+    def make_bar(**kwargs):
+        bars.append(_Bar(**kwargs))
+        return bars[-1]
+
+    assert bench_workers.run_workers(runs, tmp_path, 1, 1, 3, make_bar) == []
+    assert bars[0].initial == 3.75  # three finished before, and half and a quarter of two
+    positions = bars[0].positions
+    assert positions == sorted(positions) and positions[0] >= 3.75 and positions[-1] == 5
 
 
 def test_a_log_that_is_a_link_is_never_written_through(tiny_suite, tmp_path, capsys):

@@ -105,29 +105,33 @@ def run_workers(
     pending: list[Run], results_dir: Path, workers: int, threads: int, done: int, tqdm
 ) -> list[str]:
     """Run ``pending`` in order on ``workers`` subprocesses; returns the names that failed.
-    ``done`` runs of the selection finished before (the bar starts there)."""
+    ``done`` runs of the selection finished before; the bar starts there plus what the runs
+    in progress when an earlier bench stopped had done (it started at ``done`` and went back)."""
     from creditbench.harness.records.rundir import RunDir
 
     logs = results_dir / "logs"
     check_logs_writable(logs, pending)
     logs.mkdir(parents=True, exist_ok=True)
     queue = list(pending)
+    # a queued run's progress is read once: it cannot move before the run starts
+    waiting = {run.name: progress_of(results_dir / run.name) for run in pending}
     running: dict[str, tuple[Run, subprocess.Popen, Any, float]] = {}
     failed: list[str] = []
     finished = done
+    shown = done + sum(waiting.values())  # the bar's position: a resumed run may restart lower
     bar = tqdm(
         total=done + len(pending),
-        initial=done,
+        initial=shown,
         unit="run",
         desc="bench",
         bar_format="{l_bar}{bar}| {n:.2f}/{total} runs [{elapsed}<{remaining}]",
     )
-    shown = float(done)  # the bar's position: a resumed run's record may restart lower
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     try:
         while queue or running:
             while queue and len(running) < workers:
                 run = queue.pop(0)
+                waiting.pop(run.name)
                 log = open_log(logs / f"{run.name}.log")
                 process = subprocess.Popen(
                     train_command(run, results_dir, threads),
@@ -148,6 +152,7 @@ def run_workers(
                 seconds = time.monotonic() - started
                 bar.write(finished_line(run, summary, seconds, logs / f"{name}.log"))
             partial = sum(progress_of(results_dir / name) for name in running)
+            partial += sum(waiting.values())
             shown = max(shown, min(finished + partial, float(bar.total)))
             bar.n = shown
             bar.refresh()

@@ -27,6 +27,15 @@ process's slice. A method whose loss averages over fewer tokens than the complet
 generation batches from a second pass over the training set until the step has as many mixed
 groups as one batch, at most the method's ``max_batches``.
 
+Two more of TRL's extension points host what its GRPO loop does not do itself. A method with a
+loss of its own (`CreditMethod.loss` overridden: DFPO, SDPO, CCPO, ...) trains with it through
+``compute_loss``: TRL's forward gives the micro-batch's log-probs, and the method's loss gets
+that micro-batch's rows of the generation batch with the whole batch's counts. A method that
+samples its own batch (`CreditMethod.group_filter` None: IBPO's repairs, RRPO's resets, CCPO's
+two roles, VinePPO's continuations, ...) runs its rollout in ``_generate_and_score_completions``
+through `trl_services.TRLRolloutServices`, the harness's services on TRL's model, from the
+prompts TRL's sampler chose; its batch becomes TRL's tensors.
+
 TRL's logs show the method's credit, not TRL's own advantages: the completions table's
 ``advantage`` column (W&B, ``log_completions``) holds each completion's mean credit over its
 tokens (for a method with one value a response, that value), the metric ``credit/token_std``
@@ -42,13 +51,15 @@ process runs the method on the whole gathered batch, each scoring pass split bet
 processes (`trl_services.RowShards`) but an auxiliary model's fit (PRIME's) run whole on each;
 dynamic sampling runs on one process only, and a step still short of mixed groups keeps the
 most whole groups whose rows TRL's ``steps_per_generation`` split evenly (the builtin trains
-every mixed group it found).
+every mixed group it found). A method's own loss or own rollout runs on one process only; with
+its own loss, TRL's ``loss_type``, ``epsilon`` and ``beta`` are not read (its Config decides);
+its own rollout samples with the harness's sampler, not TRL's vLLM, grades with the task, not
+TRL's reward functions, and an evaluation batch gets TRL's own sampling and advantages.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import fields, replace
 from typing import Any
 
 import torch
@@ -70,8 +81,9 @@ from creditbench.harness.services.step_plan import StepPlan
 from creditbench.methods.base import CreditMethod
 from creditbench.methods.compose import HostedCredit
 from creditbench.methods.contract import MIXED_GROUPS, PROBLEM_INDEX
-from creditbench.methods.core import Normalizers, RolloutBatch, concat_batches, rows_of_mixed_groups
+from creditbench.methods.core import Normalizers, RolloutBatch, rows_of_mixed_groups
 
+from .trl_batches import concat_draws, on_device, take_rows
 from .trl_services import RowShards, TRLRolloutServices, TRLServices, adamw_like_trl
 
 # the training set's column that gives a row's index in task.problems("train")
@@ -326,7 +338,7 @@ class CreditGRPOTrainer(GRPOTrainer):
             torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
             completion_ids.size(1),
         )
-        micro = _on_device(batch.select(rows), logprobs.device)
+        micro = on_device(batch.select(rows), logprobs.device)
         width = micro.response_mask.shape[1]
         logprobs = torch.nn.functional.pad(logprobs, (0, width - logprobs.shape[1]))
         loss, stats = self.credit_method.loss(
@@ -397,7 +409,7 @@ class CreditGRPOTrainer(GRPOTrainer):
             out, b, bad = draws[-1]
             keep = rows_of_mixed_groups(b.rewards, b.group_ids)
             if bool(keep.any()):
-                kept.append(_rows(out, b, bad, keep))
+                kept.append(take_rows(out, b, bad, keep))
                 picked.extend((draw, int(row)) for row in keep.nonzero().flatten())
                 found += int(keep.sum()) // group_size
             if found >= target:
@@ -411,9 +423,9 @@ class CreditGRPOTrainer(GRPOTrainer):
             groups -= 1
         if not groups:
             return last
-        out, b, bad = _concat(kept, self._tokenizer.pad_token_id)
+        out, b, bad = concat_draws(kept, self._tokenizer.pad_token_id)
         first = torch.arange(groups * group_size)
-        return (*_rows(out, b, bad, first), picked[: groups * group_size])
+        return (*take_rows(out, b, bad, first), picked[: groups * group_size])
 
     def _next_refill(self) -> list[dict]:
         """The next generation batch of prompts from a second pass over the training set, in
@@ -478,57 +490,3 @@ class CreditGRPOTrainer(GRPOTrainer):
         self._metrics[mode]["credit/token_std"].append(spread.mean().item())
         for key, value in self.credit_services.stats.items():
             self._metrics[mode][f"credit/{key}"].append(value)
-
-
-def _on_device(batch: RolloutBatch, device: torch.device) -> RolloutBatch:
-    """``batch`` with every tensor (and every extras tensor) on ``device``."""
-
-    def move(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {key: move(item) for key, item in value.items()}
-        return value.to(device) if isinstance(value, torch.Tensor) else value
-
-    return replace(batch, **{f.name: move(getattr(batch, f.name)) for f in fields(batch)})
-
-
-# TRL's per-row output tensors: prompt-side (left-padded), completion-side (right-padded)
-_PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-
-
-def _rows(
-    output: dict, batch: RolloutBatch, unscorable: torch.Tensor, index: torch.Tensor
-) -> tuple[dict, RolloutBatch, torch.Tensor]:
-    """Rows ``index`` (bool or long ``[B]``) of one process's TRL output and of the batch."""
-    taken = {
-        key: value[index.to(value.device)]
-        if isinstance(value, torch.Tensor) and value.ndim >= 1
-        else value
-        for key, value in output.items()
-    }
-    mask = taken["completion_mask"]
-    taken["num_items_in_batch"] = mask.sum()
-    return taken, batch.select(index), unscorable[index.to(unscorable.device)]
-
-
-def _concat(
-    parts: list[tuple[dict, RolloutBatch, torch.Tensor]], pad_id: int
-) -> tuple[dict, RolloutBatch, torch.Tensor]:
-    """Several draws' rows as one: TRL's prompt tensors left-padded, the others right-padded
-    to the widest; the batch by `methods.core.concat_batches`, which keeps groups apart."""
-    merged: dict[str, Any] = {}
-    for key, first in parts[0][0].items():
-        if not isinstance(first, torch.Tensor) or first.ndim == 0:
-            continue
-        values = [out[key] for out, _, _ in parts]
-        width = max(v.shape[1] for v in values) if first.ndim >= 2 else 0
-        fill = pad_id if key in ("prompt_ids", "completion_ids") else 0
-        padded = []
-        for v in values:
-            if v.ndim >= 2 and v.shape[1] < width:
-                extra = v.new_full((v.shape[0], width - v.shape[1], *v.shape[2:]), fill)
-                v = torch.cat([extra, v] if key in _PROMPT_KEYS else [v, extra], dim=1)
-            padded.append(v)
-        merged[key] = torch.cat(padded)
-    merged["num_items_in_batch"] = merged["completion_mask"].sum()
-    batch = concat_batches([b for _, b, _ in parts])
-    return merged, batch, torch.cat([bad for _, _, bad in parts])

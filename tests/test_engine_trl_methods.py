@@ -57,6 +57,14 @@ def testbed():
     return policy, tokenizer, task, Dataset.from_list(rows), reward
 
 
+# options and seeds under which a method's credit is not zero by construction: Pass@k's credit
+# is 0 in a group with fewer failures than k (its every k-subset holds a pass), so with the
+# default k = 4, the whole group, it is always 0 here; at k = 2 seed 0's groups still hold at
+# most one failure beside a pass, seed 1's do not (the comparison would be of zeros)
+OPTIONS = {"passk": {"k": 2}}
+SEEDS = {"passk": 1}
+
+
 def _one_trl_step(testbed, tmp_path, method: str, **args):
     """One step of CreditGRPOTrainer; the batch and advantages the method saw."""
     policy, tokenizer, task, dataset, reward = testbed
@@ -79,6 +87,7 @@ def _one_trl_step(testbed, tmp_path, method: str, **args):
     )
     trainer = CreditGRPOTrainer(
         method=method,
+        method_options=OPTIONS.get(method),
         task=task,
         model=copy.deepcopy(policy),
         reward_funcs=[reward],
@@ -105,7 +114,7 @@ def _builtin_batch(testbed, trl_batch, method_cls, args):
     """The harness's graded, scored batch of the same responses under the initial policy,
     with the same groups, and the services the builtin trainer gives a method."""
     policy, tokenizer, task, _, _ = testbed
-    instance = method_cls()
+    instance = method_cls(**OPTIONS.get(method_cls.name, {}))
     model = copy.deepcopy(policy)
     services = HarnessServices(
         task=task,
@@ -129,7 +138,9 @@ def _builtin_batch(testbed, trl_batch, method_cls, args):
 @pytest.mark.parametrize("name", IN_TRL)
 def test_a_method_inside_trl_gives_the_builtin_trainers_advantages(testbed, tmp_path, name):
     method_cls = get_method(name)
-    trainer, trl_batch, trl_advantages = _one_trl_step(testbed, tmp_path, name)
+    trainer, trl_batch, trl_advantages = _one_trl_step(
+        testbed, tmp_path, name, seed=SEEDS.get(name, 0)
+    )
     instance, batch, services = _builtin_batch(testbed, trl_batch, method_cls, trainer.args)
     width = trl_batch.response_mask.shape[1]
     assert torch.equal(batch.response_ids[:, :width], trl_batch.response_ids)

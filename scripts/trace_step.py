@@ -129,6 +129,9 @@ def traced_setup(method: str) -> StepTrace:
     from creditbench.tools.cli.main import main as creditbench
 
     def stop(self: Trainer, method: Any = None) -> dict[str, Any]:
+        # the path ends here: what runs after, as the exception unwinds (the closing of the
+        # metrics log and the progress bar in their finally blocks), is not on the way in
+        sys.setprofile(None)
         raise FirstStep
 
     real_step = Trainer.train_step

@@ -23,6 +23,7 @@ from creditbench.harness.sampling.rollout import use_lean
 from creditbench.harness.scoring.auxiliary import PolicyOptimizer
 from creditbench.harness.services import HarnessServices
 from creditbench.harness.tasks.base import is_step_checked
+from creditbench.methods.base import CreditMethod
 from creditbench.methods.contract import STEP_TRUTH_KEYS
 
 
@@ -152,20 +153,24 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def needs_reference(config: RunConfig) -> bool:
+def needs_reference(config: RunConfig, method: CreditMethod | None = None) -> bool:
     """A frozen reference model is loaded when asked for (``train.reference_model``), when the
     method says it scores with one (``Needs.reference_model``), or when the method's resolved
     Config, its defaults included, has a term that reads reference log-probs
-    (``LossConfig.needs_reference_logprobs``: a positive KL weight)."""
-    from creditbench.harness.config import build_method_config
-    from creditbench.methods.registry import list_methods
-
-    method = list_methods().get(config.method)
-    if method is None:
-        return config.train.reference_model
+    (``LossConfig.needs_reference_logprobs``: a positive KL weight). ``method`` is the run's,
+    when built already; else it is built from the config (only its own file is imported)."""
     if config.train.reference_model:
         return True
-    return method(build_method_config(method, config.method_options)).needs_reference
+    if method is None:
+        from creditbench.harness.config import build_method_config
+        from creditbench.methods.registry import UnknownMethodError, get_method
+
+        try:
+            method_cls = get_method(config.method)
+        except UnknownMethodError:
+            return False
+        method = method_cls(build_method_config(method_cls, config.method_options))
+    return method.needs_reference
 
 
 @dataclass
@@ -241,9 +246,11 @@ def teacher_loader(config: RunConfig, device: torch.device):
     return load
 
 
-def build_models(config: RunConfig, task: Any, device: torch.device) -> Models:
+def build_models(
+    config: RunConfig, task: Any, device: torch.device, method: CreditMethod | None = None
+) -> Models:
     """Load the policy and build what trains it; the policy stays in eval mode (no dropout),
-    so the training pass and the scoring pass agree."""
+    so the training pass and the scoring pass agree. ``method`` is the run's, when built."""
     from creditbench.harness.models.modeling import load_policy
 
     path = base_policy_path(config)
@@ -252,9 +259,16 @@ def build_models(config: RunConfig, task: Any, device: torch.device) -> Models:
         path, dtype=dtype, device=device, gguf_file=config.model.gguf_file
     )
     policy.eval()
-    reference = copy.deepcopy(policy).requires_grad_(False) if needs_reference(config) else None
-    meter = BudgetMeter.for_model(policy, unit=config.budget.unit, amount=config.budget.amount)
+    reference = None
+    if needs_reference(config, method):
+        reference = copy.deepcopy(policy).requires_grad_(False)
+    # what trains the policy, the rows a pass takes, the teacher (loaded on demand) and how an
+    # auxiliary model trains: read from the config alone, before the meter and the sampler
     optimizer = build_optimizer(policy, config.train)
+    micro = config.train.micro_batch_size or auto_micro_batch(config, device)
+    teacher = teacher_loader(config, device) if is_step_checked(task) else None
+    auxiliary_optimizer = policy_optimizer(config.train)
+    meter = BudgetMeter.for_model(policy, unit=config.budget.unit, amount=config.budget.amount)
     sampler = None
     if config.rollout.backend != "vllm":
         try:
@@ -265,20 +279,18 @@ def build_models(config: RunConfig, task: Any, device: torch.device) -> Models:
         from creditbench.harness.sampling.rollout import VLLMBackend
 
         sampler = VLLMBackend(path, tokenizer, memory=config.vllm, seed=config.seed)
-    rollout = config.rollout
-    micro = config.train.micro_batch_size or auto_micro_batch(config, device)
     services = HarnessServices(
         task=task,
         policy=policy,
         tokenizer=tokenizer,
         meter=meter,
-        rollout=rollout,
+        rollout=config.rollout,
         micro_batch_size=micro,
         seed=config.seed,
         shared_prefix=config.train.shared_prefix_forward,
         reference=reference,
-        teacher_loader=teacher_loader(config, device) if is_step_checked(task) else None,
+        teacher_loader=teacher,
         sampler=sampler,
-        policy_optimizer=policy_optimizer(config.train),
+        policy_optimizer=auxiliary_optimizer,
     )
     return Models(policy, tokenizer, path, reference, optimizer, meter, services, micro)

@@ -73,17 +73,18 @@ class Trainer:
     def __init__(self, config: RunConfig, run_dir: RunDir | str | Path | None = None) -> None:
         resolved = resolve_run(config)
         self.config = resolved.config
+        self.device = resolve_device(self.config.device)
         self.task = load_task(self.config)
         check_run(self.config, resolved.method_cls, self.task)
         self.method: CreditMethod = resolved.method_cls(resolved.method_config)
-        if not isinstance(run_dir, RunDir):
-            run_dir = RunDir(run_dir if run_dir is not None else run_path(self.config))
-        self.run_dir = run_dir
-        check_creatable(run_dir.path, "output_dir")
-        check_not_inside_a_run(run_dir.path, "output_dir")
-        run_dir.check_config(to_dict(self.config))  # a finished run of another config too
-        run_dir.check_no_links()  # before the first write, not at it
-        self.device = resolve_device(self.config.device)
+        if isinstance(run_dir, RunDir):
+            self.run_dir = run_dir
+        else:
+            self.run_dir = RunDir(run_dir if run_dir is not None else run_path(self.config))
+        check_creatable(self.run_dir.path, "output_dir")
+        check_not_inside_a_run(self.run_dir.path, "output_dir")
+        self.run_dir.check_config(to_dict(self.config))  # a finished run of another config too
+        self.run_dir.check_no_links()  # before the first write, not at it
 
     # The evaluation at budget fraction 0 grades the base policy, the same for every method at
     # a seed: taken from the cache when an identical one ran before (False: always computed,
@@ -101,7 +102,7 @@ class Trainer:
     def build(self) -> None:
         """Load the models and services (:func:`~creditbench.harness.training.setup.build_models`)
         and start at step 0."""
-        models = build_models(self.config, self.task, self.device)
+        models = build_models(self.config, self.task, self.device, self.method)
         self.policy, self.tokenizer = models.policy, models.tokenizer
         self.optimizer, self.meter = models.optimizer, models.meter
         self.services, self.micro_batch_size = models.services, models.micro_batch_size

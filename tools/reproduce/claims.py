@@ -144,7 +144,7 @@ def reproduce_claims(
         measured_seconds,
         minutes_text,
     )
-    from creditbench.tools.reproduce.run import check_configs, publish, train
+    from creditbench.tools.reproduce.workers import check_configs, publish, train
 
     if not card.claims:
         raise ReproduceError(

@@ -156,10 +156,6 @@ class HarnessServices(ModelServices):
 
     # --- rollouts -----------------------------------------------------------------------------
 
-    def prompt_indices(self, step: int, call: int = 0) -> list[int]:
-        """The train-split indices a sampling call draws (:class:`.prompts.PromptSchedule`)."""
-        return self.prompt_schedule.indices(step, call)
-
     def step_prompts(self) -> tuple[list[str], Tensor]:
         """This step's prompts and their train-split indices ``[P]``, drawn as
         :meth:`sample_batch` draws them but not sampled: for a method that runs its own

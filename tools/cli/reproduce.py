@@ -57,8 +57,8 @@ def add_reproduce_commands(subparsers) -> None:
     p.add_argument(
         "--seeds",
         type=positive_int,
-        help="seeds per method, at most 10,000 (default: the standard suite's 10; a quick look: "
-        "the card's, 3)",
+        help="seeds per method (the claims: at most, and by default, the standard suite's 10; "
+        "a quick look: at most 10,000, by default the card's 3)",
     )
     p.add_argument(
         "--records",

@@ -395,13 +395,13 @@ def setting_labels(table: pd.DataFrame) -> dict[tuple, str]:
     runs = table[table["kind"] == "run"]
     labels: dict[tuple, str] = {}
     for key, group in runs.groupby(GROUP, sort=False):
-        found = set()
+        found: set[str] = set()
         for name in group["run"].astype(str):
             rest = name.rsplit("/", 1)[-1].removeprefix(f"{key[0]}-")
             word, _, options = rest.partition("-")
-            found.add(word if word and "=" not in word and "=" in options else None)
-        if len(found) == 1 and None not in found:
-            labels[key] = found.pop()
+            found.add(word if word and "=" not in word and "=" in options else "")
+        if len(found) == 1 and (label := found.pop()):
+            labels[key] = label
     return labels
 
 

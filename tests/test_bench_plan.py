@@ -173,3 +173,17 @@ def test_a_grid_point_never_measured_is_estimated_by_its_setting_and_never_by_an
     got = estimate_seconds([*grid, other], measured)
     assert [got[run.name] for run in grid] == [420.0, 420.0, 420.0]
     assert other.name not in got  # steps=12 never measured; steps is a task option, kept
+
+
+def test_without_psutil_the_load_average_is_read_and_said(monkeypatch):
+    import sys
+
+    from creditbench.tools import bench_plan
+
+    monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil raises ImportError
+    monkeypatch.setattr(bench_plan.os, "getloadavg", lambda: (6.0, 5.0, 4.0), raising=False)
+    monkeypatch.setattr(bench_plan.os, "cpu_count", lambda: 2)
+    suite = runs("a", ["grpo"], seeds=(0,))
+    line = bench_plan.describe_load(suite, {"a-grpo-s0": 60.0}, workers=2)
+    assert "6.0 of 2 cores by the load average, niced processes counted whole" in line
+    assert "about 3.5 min, 3.5 x the records' times" in line  # (6 + 1 worker) / 2 cores

@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import os
 import re
 import statistics
 from collections.abc import Iterable, Sequence
@@ -184,14 +185,13 @@ def busy_cores(sample_seconds: float = 2.0) -> tuple[float, str] | None:
     a niced one's weighed down by :data:`NICE_STEP` a level; where psutil is missing, the
     1-minute load average, which counts a niced process as a whole one; None where neither is
     available."""
-    import os
     import time
 
     try:
         import psutil
     except ImportError:
         try:
-            return os.getloadavg()[0], "by the load average"
+            return os.getloadavg()[0], "by the load average, niced processes counted whole"
         except (AttributeError, OSError):
             return None
     mine, ours = os.getpid(), os.nice(0)
@@ -240,8 +240,6 @@ def load_factor(busy: float, workers: int, cores: int) -> float:
 def describe_load(pending: list[Any], estimates: dict[str, float], workers: int) -> str:
     """One line scaling the plan's wall time by this machine's load now (:func:`load_factor`),
     or ``""`` on a quiet machine or where the load is not known."""
-    import os
-
     read = busy_cores()
     if read is None or not pending:
         return ""

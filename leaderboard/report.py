@@ -391,7 +391,9 @@ def setting_labels(table: pd.DataFrame) -> dict[tuple, str]:
     """``{(task, options, setting): label}``: the name a suite gives a setting (``label: hard``
     in tools/suites/standard.yaml), read from its runs' names (``chain-hard-steps=10-...-grpo-s0``:
     the word after the task, before the options), where every run of the setting carries the
-    same one. A reader says "the hard setting"; the options stay on the line below."""
+    same one and no other setting of the board does (a grid under one label, the tuning
+    suite's learning rates, keeps its option strings). A reader says "the hard setting"; the
+    options stay on the line below."""
     runs = table[table["kind"] == "run"]
     labels: dict[tuple, str] = {}
     for key, group in runs.groupby(GROUP, sort=False):
@@ -402,7 +404,8 @@ def setting_labels(table: pd.DataFrame) -> dict[tuple, str]:
             found.add(word if word and "=" not in word and "=" in options else "")
         if len(found) == 1 and (label := found.pop()):
             labels[key] = label
-    return labels
+    shared = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+    return {key: label for key, label in labels.items() if label not in shared}
 
 
 def render(

@@ -53,3 +53,14 @@ def test_runs_of_one_setting_under_two_names_are_not_named(tmp_path):
     make_run(root, "chain-easy-steps=4-grpo-s1", "grpo", 1)
     page = render(root, tmp_path / "board", reps=50)["markdown"].read_text()
     assert "\n## chain · steps=4\n" in page and "setting · chain" not in page
+
+
+def test_a_name_two_settings_share_names_neither(tmp_path):
+    """The validation suite's grid: one label (slips) over two chain lengths; each keeps its
+    option string."""
+    root = tmp_path / "runs"
+    for steps in (4, 8):
+        make_run(root, f"chain-slips-steps={steps}-grpo-s0", "grpo", 0, steps=steps)
+    page = render(root, tmp_path / "board", reps=50)["markdown"].read_text()
+    assert "\n## chain · steps=4\n" in page and "\n## chain · steps=8\n" in page
+    assert "The slips setting" not in page

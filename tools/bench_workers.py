@@ -66,7 +66,7 @@ def progress_of(run_dir: Path) -> float:
 def finished_line(run: Run, summary: dict[str, Any] | None, seconds: float, log: Path) -> str:
     """The line a run prints as it ends: ``done grpo chain seed 0: AUC 0.412, final 0.430, 2.1
     min`` (the sampled accuracy's, as the summary table's), or where its log is when it failed."""
-    where = f"{run.entry} {setting_name(run)} seed {run.seed}"
+    where = f"{run.entry} {run.label} seed {run.seed}"
     minutes = f"{seconds / 60:.1f} min"
     if summary is None or summary.get("status", "finished") != "finished":
         status = (summary or {}).get("status", "failed")
@@ -77,16 +77,6 @@ def finished_line(run: Run, summary: dict[str, Any] | None, seconds: float, log:
         f"done   {where}: AUC {_number(auc)}, final accuracy {_number(final)}, "
         f"{summary.get('steps', '?')} steps, {minutes}"
     )
-
-
-def setting_name(run: Run) -> str:
-    """A run's setting as a reader says it: its task and the suite's name for the setting
-    (``chain hard``, not ``chain-hard-steps=10-slip_rate=0.1-...``), else its label."""
-    rest = run.label.removeprefix(f"{run.task}-")
-    word, _, options = rest.partition("-")
-    if rest != run.label and word and "=" not in word and "=" in options:
-        return f"{run.task} {word}"
-    return run.label
 
 
 def _accuracy(evaluation: dict[str, Any] | None) -> float | None:

@@ -786,6 +786,44 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path, capsys, argv):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
 
 
+@pytest.mark.parametrize("planted", ["metrics.jsonl", "summary.json", "config.yaml"])
+def test_a_fifo_planted_in_a_results_folder_is_refused_not_waited_on(tmp_path, capsys, planted):
+    """A FIFO in place of a run's record (another user of a shared results folder can plant
+    one): the board's render waited on it forever. Now the metrics are refused naming the
+    file, and a run whose summary or config is one is skipped with a warning naming it."""
+    import os
+    import threading
+
+    from creditbench.harness.records.rundir import RunDir
+
+    run = make_run(tmp_path / "runs", "grpo-s0", "grpo", 0)
+    make_run(tmp_path / "runs", "grpo-s1", "grpo", 1)
+    (run.path / planted).unlink()
+    os.mkfifo(run.path / planted)
+    argv = ["leaderboard", str(tmp_path / "runs"), "--out", str(tmp_path / "board"), "--reps", "20"]
+    codes, finished = [], []
+
+    def leaderboard_then_is_finished():
+        codes.append(main(argv))
+        finished.append(RunDir(run.path).is_finished())
+
+    worker = threading.Thread(target=leaderboard_then_is_finished)
+    worker.start()
+    worker.join(120)
+    if worker.is_alive():  # blocked in open(): give it its writer, then fail
+        fd = os.open(run.path / planted, os.O_RDWR | os.O_NONBLOCK)
+        worker.join(60)
+        os.close(fd)
+        pytest.fail(f"the leaderboard or is_finished waited on {planted}")
+    err = capsys.readouterr().err.strip()
+    assert f"{planted}: not a regular file, which no run writes" in err and "Traceback" not in err
+    if planted == "metrics.jsonl":
+        assert codes == [2] and len(err.splitlines()) == 1 and not (tmp_path / "board").exists()
+    else:
+        assert codes == [0] and "warning: grpo-s0: skipped" in err
+    assert finished == [planted != "summary.json"]
+
+
 def test_a_failure_before_the_first_record_suggests_no_resume_of_a_removed_folder(
     tmp_path, capsys, monkeypatch
 ):

@@ -26,6 +26,7 @@ import json
 import lzma
 import math
 import os
+import stat
 import tarfile
 import tempfile
 from collections.abc import Sequence
@@ -321,10 +322,18 @@ def read_record_bytes(path: str | Path) -> bytes:
     Raises:
         FileNotFoundError: the run has no such file (in its folder or in its archive).
         DamagedRunError: the run's archive does not unpack; the message names it.
+        RunFormatError: the file is a FIFO, socket or device, which no run writes: reading a
+            FIFO planted in a shared results folder waited for a writer, forever.
     """
     path = Path(path)
     archive = path.parent
     if not is_run_archive(archive):
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            mode = None  # absent: the read below names it
+        if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise RunFormatError(f"{path}: not a regular file, which no run writes")
         return path.read_bytes()
     info = archive.stat()
     members = _archive_members(str(archive), (info.st_ino, info.st_mtime_ns, info.st_size))

@@ -49,6 +49,7 @@ from creditbench.harness.records.files import (
     fsync_dir,
     process_umask,
     read_metric_lines,
+    read_record_text,
     read_run_config,
 )
 from creditbench.harness.records.provenance import (
@@ -277,8 +278,8 @@ class RunDir:
         return self.read_summary() is not None
 
     def read_summary(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.summary_path.read_text(encoding="utf-8"))
+        try:  # a FIFO planted as summary.json is no summary, not a read that waits forever
+            data = json.loads(read_record_text(self.summary_path))
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None

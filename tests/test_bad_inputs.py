@@ -420,6 +420,10 @@ CASES += [
         ["validate", "--workers", "1000000", "--results", "{tmp}/hollow", "--report-only"],
         "--workers: must be between 1 and",
     ),
+    (
+        ["campaign", "slice", "--workers", "1000000", "--dry-run"],
+        "--workers: must be between 1 and",
+    ),
     (["claims", "{tmp}", "--reps", "1000000000"], "--reps: must be at most 100,000"),
     (["validate", "--reps", "1000000000"], "--reps: must be at most 100,000"),
     (

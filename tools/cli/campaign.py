@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from creditbench.tools.cli.common import positive_int, thread_count, usage_error
+from creditbench.tools.cli.common import thread_count, usage_error, worker_count
 
 
 def _cmd_campaign(args: argparse.Namespace) -> int:
@@ -66,7 +66,11 @@ def add_campaign_command(sub: argparse._SubParsersAction) -> None:
         help="the work folder: checkouts' results, logs, claims rows "
         "(default: $CREDITBENCH_CACHE/campaigns/PLAN)",
     )
-    p.add_argument("--workers", type=positive_int, help="parallel runs (default: one per core)")
+    p.add_argument(
+        "--workers",
+        type=worker_count,
+        help="parallel runs, at most 4 a core (default: one per core)",
+    )
     p.add_argument(
         "--threads", type=thread_count, default=1, help="torch threads per run (default: 1)"
     )

@@ -134,8 +134,11 @@ def traced_setup(method: str) -> StepTrace:
         sys.setprofile(None)
         raise FirstStep
 
-    real_step = Trainer.train_step
+    real_step, reuse = Trainer.train_step, Trainer.reuse_initial_evaluation
     Trainer.train_step = stop  # type: ignore[method-assign]
+    # the evaluation at budget fraction 0 is computed, as in a newcomer's first run: its cache
+    # (a clean commit's earlier run) would make the figure depend on what ran here before
+    Trainer.reuse_initial_evaluation = False
     trace = StepTrace()
     try:
         with tempfile.TemporaryDirectory() as folder:
@@ -147,6 +150,7 @@ def traced_setup(method: str) -> StepTrace:
         raise RuntimeError("creditbench train ended before its first step")
     finally:
         Trainer.train_step = real_step  # type: ignore[method-assign]
+        Trainer.reuse_initial_evaluation = reuse
     return trace
 
 

@@ -6,6 +6,7 @@ the real tree never gains a method."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from creditbench.tools.new_method import (
     GRPO_PAGE,
     NAV,
     REPRODUCING_PAGE,
+    TUNING_CAMPAIGN,
     NewMethodError,
     plan,
     write,
@@ -39,7 +41,7 @@ COMMIT = "a" * 40
 @pytest.fixture()
 def checkout(tmp_path: Path) -> Path:
     """The checkout's files the command reads or edits, copied, with the folders it writes to."""
-    for relative in (GRPO_PAGE, NAV, ENGINES_PAGE, REPRODUCING_PAGE, CAMPAIGN):
+    for relative in (GRPO_PAGE, NAV, ENGINES_PAGE, REPRODUCING_PAGE, CAMPAIGN, TUNING_CAMPAIGN):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / relative, tmp_path / relative)
     for folder in ("methods", "reference/cards", "tests"):
@@ -89,7 +91,20 @@ def test_the_card_nav_engines_row_card_list_and_pin(twin):
     assert {"My Method": "methods/mymethod.md"} in methods
     assert "| `mymethod` | yes | yes | |" in (checkout / ENGINES_PAGE).read_text()
     assert "`mymethod`" in " ".join((checkout / REPRODUCING_PAGE).read_text().split())
-    assert yaml.safe_load((checkout / CAMPAIGN).read_text())["pins"][COMMIT] == ["mymethod"]
+    for campaign in (CAMPAIGN, TUNING_CAMPAIGN):
+        assert yaml.safe_load((checkout / campaign).read_text())["pins"][COMMIT] == ["mymethod"]
+
+
+def test_the_verl_check_lists_the_twin_and_counts_it(twin):
+    """GRPO's twin runs in verl as GRPO does, so the page's `import verl` check prints it too,
+    in order, and counts one more (tests/test_engines_docs.py holds the page to it)."""
+    checkout, _ = twin
+    before, after = (ROOT / ENGINES_PAGE).read_text(), (checkout / ENGINES_PAGE).read_text()
+    listed = [re.findall(r"'(creditbench_[a-z0-9_]+)'", t.split("\n# ['", 1)[1].split("\n")[0])
+              for t in (before, after)]  # fmt: skip
+    assert listed[1] == sorted([*listed[0], "creditbench_mymethod"])
+    counted = [int(re.search(r"# creditbench: (\d+) verl", t).group(1)) for t in (before, after)]
+    assert counted[1] == counted[0] + 1
 
 
 @pytest.mark.parametrize(

@@ -3,11 +3,12 @@
 The tests ask more of a built-in method than its file (docs/contributing.md, "The checklist"):
 a docs page whose Config table cites every default and says what the leaderboard runs, a paper
 card, a test file, a replay fixture, an entry in the site's navigation, a row in the engines'
-table, its card id on the reproducing page and a pin in the standard campaign. This writes all
-of them at once, from templates that make the new method GRPO's twin (GRPO's config, GRPO's
-advantage), so the whole suite passes before the first line of the paper's method is written;
-then the contributor replaces the twin's advantage with the paper's, and its page, card and
-test with what the paper says.
+table and a name in what `import verl` registers there, its card id on the reproducing page and
+a pin in the standard campaign and in the tuning rule's. This writes all of them at once, from
+templates that make the new method GRPO's twin (GRPO's config, GRPO's advantage), so the whole
+suite passes before the first line of the paper's method is written; then the contributor
+replaces the twin's advantage with the paper's, and its page, card and test with what the paper
+says.
 
 Every file is planned before any is written: a name that is taken, or a file of the checkout
 that is not where it is expected, stops the command with nothing written.
@@ -29,6 +30,7 @@ NAV = "mkdocs.yml"
 ENGINES_PAGE = "docs/engines.md"
 REPRODUCING_PAGE = "docs/reproducing.md"
 CAMPAIGN = "tools/campaigns/standard.yaml"
+TUNING_CAMPAIGN = "tools/campaigns/tuning.yaml"  # the tuning rule's stage 1 runs every method
 FIXTURE_MAKER = "tests/replay_fixtures/make_replay_fixtures.py"
 
 
@@ -248,13 +250,34 @@ def _nav(text: str, name: str, title: str) -> str:
     return text.replace(anchor, entry + anchor, 1)
 
 
+VERL_REGISTERED = re.compile(r"^# \[('creditbench_.*)\]$", re.M)
+VERL_COUNT = re.compile(
+    r"^# creditbench: (\d+) verl estimators and losses registered \((creditbench_[a-z0-9_]+), "
+    r"\.\.\.\)",
+    re.M,
+)
+
+
 def _engines(text: str, name: str) -> str:
-    """docs/engines.md with the method in the table of what runs where: GRPO's twin runs in
-    both engines, as GRPO does."""
+    """docs/engines.md with the method in the table of what runs where, and in what its
+    ``import verl`` check prints: GRPO's twin runs in both engines, as GRPO does."""
     anchor = "| `grpo` | yes | yes | |\n"
     if anchor not in text:
         raise NewMethodError(f"{ENGINES_PAGE}: no row for grpo to add the method's beside")
-    return text.replace(anchor, anchor + f"| `{name}` | yes | yes | |\n", 1)
+    text = text.replace(anchor, anchor + f"| `{name}` | yes | yes | |\n", 1)
+    printed, count = VERL_REGISTERED.search(text), VERL_COUNT.search(text)
+    if printed is None or count is None:
+        raise NewMethodError(f"{ENGINES_PAGE}: no list of what `import verl` registers")
+    names = sorted(
+        {*re.findall(r"'(creditbench_[a-z0-9_]+)'", printed.group(1)), f"creditbench_{name}"}
+    )
+    text = text[: printed.start(1)] + ", ".join(f"'{n}'" for n in names) + text[printed.end(1) :]
+    count = VERL_COUNT.search(text)
+    assert count is not None  # the list's edit left the count line as it was
+    return (
+        text[: count.start(1)] + str(len(names)) + text[count.end(1) : count.start(2)]
+        + names[0] + text[count.end(2) :]
+    )  # fmt: skip
 
 
 CARD_LIST = re.compile(
@@ -277,11 +300,11 @@ def _reproducing(text: str, name: str) -> str:
     raise NewMethodError(f"{REPRODUCING_PAGE}: no list of card ids")
 
 
-def _pin(text: str, name: str, commit: str) -> str:
-    """The standard campaign with the method pinned, at HEAD until its own commit exists."""
+def _pin(text: str, name: str, commit: str, campaign: str = CAMPAIGN) -> str:
+    """A campaign plan with the method pinned, at HEAD until its own commit exists."""
     line = f"  {commit}: [{name}]  # re-pin at the commit that adds it\n"
     if "\npins:\n" not in text:
-        raise NewMethodError(f"{CAMPAIGN}: no pins")
+        raise NewMethodError(f"{campaign}: no pins")
     if f"\n  {commit}: [" in text:  # HEAD is pinned already: the method joins its list
         return re.sub(rf"(\n  {commit}: \[)", rf"\g<1>{name}, ", text, count=1)
     return text.replace("\npins:\n", "\npins:\n" + line, 1)
@@ -313,6 +336,7 @@ def plan(root: Path, name: str, title: str, commit: str | None = None) -> dict[P
         ENGINES_PAGE: lambda text: _engines(text, name),
         REPRODUCING_PAGE: lambda text: _reproducing(text, name),
         CAMPAIGN: lambda text: _pin(text, name, commit),
+        TUNING_CAMPAIGN: lambda text: _pin(text, name, commit, TUNING_CAMPAIGN),
     }
     for relative, edit in edits.items():
         path = root / relative

@@ -64,7 +64,7 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from creditbench.harness.config import RolloutConfig
@@ -102,6 +102,17 @@ class CreditGRPOTrainer(GRPOTrainer):
             ``problem_index``.
         *args, **kwargs: ``GRPOTrainer``'s.
     """
+
+    # for the type checker: what a built GRPOTrainer holds, which TRL types loosely (the base
+    # TrainingArguments, optional lengths and models, any dataset or processor, the logs as a
+    # Collection)
+    args: GRPOConfig
+    model: Any
+    train_dataset: Any
+    processing_class: Any
+    num_generations: int
+    max_completion_length: int
+    _logs: Any
 
     def __init__(
         self,
@@ -172,7 +183,8 @@ class CreditGRPOTrainer(GRPOTrainer):
             )
         args = self.args
         rollout = RolloutConfig(
-            prompts_per_step=args.generation_batch_size // self.num_generations,
+            # GRPOConfig's __post_init__ always sets generation_batch_size
+            prompts_per_step=args.generation_batch_size // self.num_generations,  # type: ignore[operator]
             group_size=self.num_generations,
             max_new_tokens=self.max_completion_length,
             temperature=self.temperature,
@@ -431,7 +443,7 @@ class CreditGRPOTrainer(GRPOTrainer):
         """The next generation batch of prompts from a second pass over the training set, in
         an order of its own (seed + 1), each prompt ``num_generations`` times."""
         if self._refills is None:
-            prompts = self.args.generation_batch_size // self.num_generations
+            prompts = self.args.generation_batch_size // self.num_generations  # type: ignore[operator]
             sampler = RepeatSampler(
                 data_source=self.train_dataset,
                 mini_repeat_count=self.num_generations,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from test_mechanism_lines import lines as mechanism_lines
 from test_method_docs import config_problems, registered_names
 
 from creditbench.methods import registry
@@ -80,6 +81,13 @@ def test_the_page_cites_every_default_of_the_twins_config(twin):
     assert registered_names(text) == ["mymethod"]
     assert config_problems(text, "mymethod", module.MymethodConfig, ["mymethod"]) == []
     assert text.count("## On the leaderboard") == 1
+
+
+def test_the_page_says_where_the_mechanism_acts_as_the_board_checks_it(twin):
+    checkout, _ = twin
+    text = (checkout / "docs" / "methods" / "mymethod.md").read_text()
+    runs = mechanism_lines.read_runs(mechanism_lines.RECORDS)
+    assert mechanism_lines.page_problems(text, runs)[0] == []
 
 
 def test_the_card_nav_engines_row_card_list_and_pin(twin):

@@ -195,6 +195,20 @@ commit that adds it (docs/campaign.md, "Re-pinning a method").
 
 **Measured in the hard setting.** Nothing yet.
 
+## Where the mechanism acts
+
+GRPO's, for now: one credit a response, acting in groups that hold a pass and a fail. Replace
+the rows' second and third cells with what the method's mechanism acts on in each world and the
+diagnostic that shows it; `python scripts/mechanism_lines.py` fills the chain rows' measured
+cells from the board's records.
+
+| world · setting | what it has to act on | diagnostic | measured |
+|---|---|---|---|
+| chain · hard | groups with a pass and a fail | `mixed_frac` | no runs on the board yet |
+| chain · easy | groups with a pass and a fail | `mixed_frac` | no runs on the board yet |
+| countdown | groups with a pass and a fail | `mixed_frac` | not measured: no runs yet |
+| ledger | groups with a pass and a fail | `mixed_frac` | not measured: no runs yet |
+
 ## References
 
 - (authors), *{title}*, (year). arXiv (id).

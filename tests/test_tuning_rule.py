@@ -10,10 +10,13 @@ import pytest
 from creditbench.tools.campaign.tuning import (
     Config,
     best,
+    choices_of,
+    chosen,
     read_aucs,
     stage1_best,
     stage2_configs,
     stage2_suite,
+    tuned_suite,
     tuning_table,
 )
 
@@ -129,3 +132,54 @@ def test_the_tuning_table_marks_a_choice_only_once_its_runs_are_in():
     # both refinements at 0.37: a tie, the nearer lr on a log scale is either; fewer changes
     # do not separate them (both change the lr), so the first by the tie-break order wins
     assert len(chosen) == 1 and "0.3700" in chosen[0]
+
+
+def five(method: str, stage1_aucs: dict, stage2_aucs: list[tuple[float, float]]) -> list[dict]:
+    """A method's stage 1 (``{lr: (seed 22, seed 23)}``) and its stage 2 at the AUCs given."""
+    rows = stage1(method, stage1_aucs)
+    aucs = read_aucs(table(rows), DEFAULTS)
+    second = stage2_configs(method, stage1_best(aucs, method), aucs)
+    for config, pair in zip(second, stage2_aucs, strict=True):
+        for seed, auc in zip((22, 23), pair, strict=True):
+            rows.append(row(method, config.lr, seed, auc, **dict(config.options)))
+    return rows
+
+
+def test_the_choice_waits_for_all_five_then_is_the_best_of_them():
+    grid = {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36), 1.5e-4: (0.31, 0.30)}
+    rows = five("gspo", grid, [(0.40, 0.40), (0.20, 0.20)])
+    aucs = read_aucs(table(rows[:-1]), DEFAULTS)  # stage 2's last run still out
+    assert chosen(aucs, "gspo") is None
+    aucs = read_aucs(table(rows), DEFAULTS)
+    assert chosen(aucs, "gspo") == Config("gspo", 5e-5, (("eps_high", 1.33e-3), ("eps_low", 1e-3)))
+    # stage 2 below stage 1's best: the choice stays there
+    rows = five("grpo", grid, [(0.30, 0.30), (0.34, 0.35)])
+    assert chosen(read_aucs(table(rows), DEFAULTS), "grpo") == Config("grpo", 5e-5)
+
+
+def test_the_tuned_suite_runs_every_method_under_its_own_name_at_its_choice(tmp_path):
+    from creditbench.tools.suite import expand_suite, load_suite, run_config, suite_path
+
+    board = load_suite(suite_path("standard"))
+    choices = {"gspo": Config("gspo", 1.5e-5, (("eps_high", 4e-3), ("eps_low", 3e-3))),
+               "grpo": Config("grpo", 8.9e-5), "oracle": Config("oracle", 5e-5)}  # fmt: skip
+    suite = tuned_suite(board, choices)
+    assert suite["seeds"] == board["seeds"] and suite["tasks"] == board["tasks"]
+    runs = [(run.entry, run_config(run, tmp_path)) for run in expand_suite(suite, tmp_path)]
+    assert {entry for entry, _ in runs} == {"gspo", "grpo", "oracle"}
+    for entry, config in runs:
+        assert config.method == entry and config.train.lr == choices[entry].lr
+        assert config.rollout.group_size == 8  # the board's settings kept
+    gspo = next(config for entry, config in runs if entry == "gspo")
+    assert gspo.method_options["eps_low"] == 3e-3
+    # both settings of the board, at its seeds
+    assert len(runs) == 3 * len(board["tasks"]) * len(board["seeds"])
+
+
+def test_the_tuned_suite_waits_until_every_method_has_its_choice():
+    grid = {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36), 1.5e-4: (0.31, 0.30)}
+    rows = five("grpo", grid, [(0.30, 0.30), (0.34, 0.35)]) + stage1("gspo", grid)
+    aucs = read_aucs(table(rows), DEFAULTS)
+    with pytest.raises(ValueError, match="no choice yet .* for gspo$"):
+        choices_of(aucs, ["grpo", "gspo"])
+    assert choices_of(aucs, ["grpo"]) == {"grpo": Config("grpo", 5e-5)}

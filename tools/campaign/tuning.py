@@ -2,6 +2,7 @@
 
     python -m creditbench.tools.campaign.tuning stage2 RECORDS --out tools/suites/tuning-stage2.yaml
     python -m creditbench.tools.campaign.tuning table RECORDS --out RECORDS/tuning.md
+    python -m creditbench.tools.campaign.tuning tuned RECORDS --out tools/suites/standard-tuned.yaml
 
 Stage 1 ran every method at three lrs (``tools/suites/tuning.yaml``) on the tuning seeds; its
 best lr is the highest mean AUC over the seeds, a difference under :data:`TIE` resolved toward
@@ -9,7 +10,8 @@ today's lr. Stage 2 adds two configurations a method at that lr (:func:`stage2_c
 scale- or budget-tied knob's two alternatives (:data:`KNOB_ALTERNATIVES`), or the lr refined a
 quarter-decade either side. The chosen configuration is the best of a method's five, ties
 resolved toward fewer changes from today's. A configuration is read from each run's own config
-(its lr and method options), never from its name.
+(its lr and method options), never from its name. Once every method's five are in, ``tuned``
+writes the board's suite at the chosen configurations (:func:`tuned_suite`).
 """
 
 from __future__ import annotations
@@ -137,6 +139,57 @@ def stage2_configs(method: str, chosen: Config, aucs: dict[Config, list[float]])
     return [*out, Config(method, rounded(refined))]
 
 
+def stage1_configs(aucs: dict[Config, list[float]], method: str) -> list[Config]:
+    """A method's stage-1 configurations in the records: the three lrs at today's knobs."""
+    return [
+        c
+        for c in aucs
+        if c.method == method and not c.options and any(math.isclose(c.lr, x) for x in STAGE1_LRS)
+    ]
+
+
+def chosen(aucs: dict[Config, list[float]], method: str) -> Config | None:
+    """The rule's choice for ``method``: the best of its five configurations (stage 1's three
+    and stage 2's two), once all five are in at both seeds; None before."""
+    try:
+        first = stage1_best(aucs, method)
+    except ValueError:
+        return None
+    five = [*stage1_configs(aucs, method), *stage2_configs(method, first, aucs)]
+    complete = {c: aucs[c] for c in five if len(aucs.get(c, [])) == len(TUNING_SEEDS)}
+    return best(complete) if len(complete) == len(five) else None
+
+
+def choices_of(aucs: dict[Config, list[float]], methods: list[str]) -> dict[str, Config]:
+    """Every method's choice (:func:`chosen`); ValueError naming the methods without one."""
+    choices = {m: chosen(aucs, m) for m in methods}
+    missing = [m for m, c in choices.items() if c is None]
+    if missing:
+        raise ValueError(f"no choice yet (5 configurations at 2 seeds) for {', '.join(missing)}")
+    return {m: c for m, c in choices.items() if c is not None}
+
+
+def tuned_suite(board_suite: dict[str, Any], choices: dict[str, Config]) -> dict[str, Any]:
+    """The board's suite with every method, references included, at its chosen configuration:
+    one variant a method, named as the method (so its runs and rows keep the method's name),
+    with its lr and the options it changes; the suite's settings otherwise."""
+    suite = {k: v for k, v in board_suite.items() if k not in ("methods", "references")}
+    suite["description"] = (
+        f"{board_suite.get('description', '').strip()} At the tuning rule's chosen "
+        "configurations (docs/results/tuning/tuning.md), written from the tuning records by "
+        "tools/campaign/tuning.py."
+    ).strip()
+    variants = []
+    for method, config in sorted(choices.items()):
+        entry: dict[str, Any] = {"name": method, "method": method}
+        if config.options:
+            entry["options"] = dict(config.options)  # the knobs' alternatives: plain values
+        entry["settings"] = {"train.lr": config.lr}
+        variants.append(entry)
+    suite["methods"], suite["references"] = variants, []
+    return suite
+
+
 def rounded(lr: float) -> float:
     """An lr to 4 significant digits: what the stage-2 suite writes and its runs record, so a
     configuration read back from the records is the one planned, float for float."""
@@ -181,16 +234,14 @@ def tuning_table(aucs: dict[Config, list[float]], methods: list[str]) -> str:
         mine = {c: v for c, v in aucs.items() if c.method == method}
         complete = {c: v for c, v in mine.items() if len(v) == len(TUNING_SEEDS)}
         marks: dict[Config, str] = {}
-        try:
-            first = stage1_best(aucs, method)
-        except ValueError:
-            pass
+        choice = chosen(aucs, method)
+        if choice is not None:
+            marks[choice] = "**chosen**"
         else:
-            second = stage2_configs(method, first, aucs)
-            if all(c in complete for c in second):
-                marks[best({c: complete[c] for c in [first, *second]})] = "**chosen**"
-            else:
-                marks[first] = "stage 1's best"
+            try:
+                marks[stage1_best(aucs, method)] = "stage 1's best"
+            except ValueError:
+                pass
         for config in sorted(mine, key=lambda c: (c.options, c.lr)):
             if config in complete:
                 cells = " | ".join(f"{v:.4f}" for v in mine[config])
@@ -226,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     from creditbench.tools.suite import load_suite, suite_path
 
     parser = argparse.ArgumentParser(prog="python -m creditbench.tools.campaign.tuning")
-    parser.add_argument("action", choices=("stage2", "table"))
+    parser.add_argument("action", choices=("stage2", "table", "tuned"))
     parser.add_argument("records", help="the tuning runs' records folder (docs/results/tuning)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -236,6 +287,16 @@ def main(argv: list[str] | None = None) -> int:
     methods = sorted({c.method for c in aucs})
     if args.action == "table":
         atomic_write_text(args.out, tuning_table(aucs, methods))
+        return 0
+    if args.action == "tuned":
+        board = load_suite(suite_path("standard"))
+        wanted = sorted(today_options(board))  # every registered method, references included
+        try:
+            choices = choices_of(aucs, wanted)
+        except ValueError as err:
+            print(f"tuning: {err}", file=sys.stderr)
+            return 2
+        atomic_write_text(args.out, yaml.safe_dump(tuned_suite(board, choices), sort_keys=False))
         return 0
     try:
         chosen = {m: stage1_best(aucs, m) for m in methods}

@@ -52,7 +52,8 @@ from creditbench.reference.cards import AXES, CLAIM_SETTINGS, Card, Claim
 from .gains import MIN_PAIRS_FOR_A_CLAIM, Gain, gain
 from .stats import BASELINE, SAMPLES_AUC, accuracy_columns, with_samples_auc
 
-TASK = "chain"  # the standard suite's task (tools/suites/standard.yaml)
+TASK = "chain"  # the standard suite's task (tools/suites/standard.yaml): the default world
+TASK_NAME = r"[a-z][a-z0-9_]*"  # a run name's first part (task names hold no "-")
 
 # The verdict words and what each means: the claims page prints this table, the tally counts
 # these words, and the docs that name them are checked against it (tests/test_claims_axes.py).
@@ -100,9 +101,9 @@ class Verdict:
 
 
 def row_seeds(table: pd.DataFrame, label: str, row: str, column: str) -> pd.Series:
-    """``{seed: column}`` of a card row's finished runs in the setting ``label`` of the
-    standard suite, read from the run names of a collected table (module doc)."""
-    pattern = re.compile(rf"{TASK}-{re.escape(label)}(?:-.+)?-{re.escape(row)}-s(\d+)")
+    """``{seed: column}`` of a card row's finished runs in the setting ``label``, read from the
+    run names of a collected table of one task (module doc; :func:`world_table`)."""
+    pattern = re.compile(rf"{TASK_NAME}-{re.escape(label)}(?:-.+)?-{re.escape(row)}-s(\d+)")
     runs = _runs(table)
     values = {}
     for name, value in zip(runs["run"], runs.get(column, pd.Series(dtype=float)), strict=False):
@@ -122,10 +123,16 @@ def auc_column(table: pd.DataFrame) -> str:
 
 
 def setting_runs(table: pd.DataFrame, setting: str) -> pd.DataFrame:
-    """The run rows of the standard suite's setting ``setting``, by run name (module doc)."""
+    """The run rows of the setting ``setting`` of a table of one task, by run name (module
+    doc)."""
     runs = _runs(table)
     names = runs["run"].map(lambda name: PurePosixPath(str(name)).name)
-    return runs[names.str.startswith(f"{TASK}-{setting}-")]
+    return runs[names.str.match(rf"{TASK_NAME}-{re.escape(setting)}-")]
+
+
+def world_table(table: pd.DataFrame, task: str = TASK) -> pd.DataFrame:
+    """The rows of ``table`` of one task (its world): a claim is read within one world."""
+    return table[table["task"] == task] if "task" in table else table
 
 
 def axis_reading(table: pd.DataFrame, setting: str, axis: str) -> tuple[pd.DataFrame, str] | None:
@@ -264,8 +271,12 @@ def judge_claim(
     return [judge(card, claim, table, setting, reps=reps) for setting in settings]
 
 
-def judge_cards(cards: Iterable[Card], table: pd.DataFrame, *, reps: int = 2000) -> list[Verdict]:
-    """Every claim of ``cards`` in every setting: card, claim, then setting order."""
+def judge_cards(
+    cards: Iterable[Card], table: pd.DataFrame, *, reps: int = 2000, task: str = TASK
+) -> list[Verdict]:
+    """Every claim of ``cards`` in every setting of the world ``task``: card, claim, then
+    setting order."""
+    table = world_table(table, task)
     return [
         verdict
         for card in cards
@@ -313,7 +324,7 @@ def caveats_text(claim: Claim) -> str:
     return "; ".join(f"{c.label}: {c.note}" for c in claim.caveats)
 
 
-def _by_claim(verdicts: Sequence[Verdict]) -> list[list[Verdict]]:
+def by_claim(verdicts: Sequence[Verdict]) -> list[list[Verdict]]:
     """The verdicts grouped by claim (each claim's settings together), in first-seen order."""
     groups: dict[tuple[str, Claim], list[Verdict]] = {}
     for verdict in verdicts:
@@ -330,7 +341,7 @@ def claims_table(verdicts: Sequence[Verdict], *, with_card: bool = True) -> str:
     if with_card:
         header.insert(0, "card")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for group in _by_claim(verdicts):
+    for group in by_claim(verdicts):
         claim = group[0].claim
         paper = f"{claim.paper} ({claim.source}; {claim.tag}"
         paper += ", unverified)" if not claim.verified else ")"

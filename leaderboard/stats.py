@@ -155,6 +155,29 @@ def bootstrap_interval(
     return Interval(point, float(low), float(high), n_runs)
 
 
+def stratified_interval(
+    strata, statistic: str = "iqm", *, reps: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> Interval:
+    """:func:`bootstrap_interval` over strata of unequal sizes: ``strata`` is a list of 1-D score
+    arrays (one a world and setting), each resampled with replacement within itself; the
+    statistic pools every resampled score (rliable's stratified bootstrap, strata ragged). NaN
+    scores are dropped; ``n`` counts the scores."""
+    groups = [np.asarray(s, dtype=float) for s in strata]
+    groups = [g[np.isfinite(g)] for g in groups]
+    groups = [g for g in groups if len(g)]
+    if not groups:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    pooled = np.concatenate(groups)
+    point = float(_statistic(statistic, pooled.reshape(1, -1))[0])
+    if len(pooled) < 2:
+        return Interval(point, point, point, len(pooled))
+    rng = np.random.default_rng(seed)
+    resampled = np.concatenate([g[rng.integers(0, len(g), size=(reps, len(g)))] for g in groups], 1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(_statistic(statistic, resampled), [tail, 100 - tail])
+    return Interval(point, float(low), float(high), len(pooled))
+
+
 def difference_interval(x, y, *, reps: int = 2000, seed: int = 0) -> Interval:
     """mean(x) - mean(y) with a bootstrap interval, x and y resampled independently."""
     x = np.asarray(x, dtype=float)

@@ -3,8 +3,10 @@
     python scripts/home_headline.py docs/results/standard/runs.csv docs/index.md [--explain]
 
 The headline and the credit picture's block lie between the markers of
-:mod:`creditbench.leaderboard.headline`; run this after each `creditbench leaderboard
-docs/results/standard/runs.csv --out docs/results/standard`. When the board's best method
+:mod:`creditbench.leaderboard.headline`, the board across worlds between those of
+:mod:`creditbench.leaderboard.worlds` (every world's records, found beside the page); run this
+after each `creditbench leaderboard docs/results/standard/runs.csv --out docs/results/standard`
+and after a world's records change. When the board's best method
 changes, the credit picture must show it: without ``--explain`` the script says so and exits 1;
 with it, the picture is redrawn (``creditbench explain``, a minute or two).
 """
@@ -25,6 +27,10 @@ from creditbench.leaderboard.headline import (
     home_blocks,
     rewrite,
 )
+from creditbench.leaderboard.worlds import END as WORLDS_END
+from creditbench.leaderboard.worlds import START as WORLDS_START
+from creditbench.leaderboard.worlds import read_worlds, worlds_block
+from creditbench.reference.cards import CardError, load_cards
 
 
 def main(argv: list[str]) -> int:
@@ -38,7 +44,9 @@ def main(argv: list[str]) -> int:
         home = home_blocks(records)
         text = rewrite(page.read_text(encoding="utf-8"), home.headline)
         text = rewrite(text, home.credit, CREDIT_START, CREDIT_END)
-    except (OSError, HeadlineError) as err:
+        worlds = worlds_block(read_worlds(page.parent), list(load_cards().values()))
+        text = rewrite(text, worlds, WORLDS_START, WORLDS_END)
+    except (OSError, HeadlineError, CardError) as err:
         print(f"home_headline: {err}", file=sys.stderr)
         return 2
     atomic_write_text(page, text)  # whole or not at all: a sync killed mid-write keeps the old page

@@ -34,6 +34,8 @@ from creditbench.leaderboard.headline import (
     seeds_each,
 )
 from creditbench.leaderboard.plots import FOREST_COLUMNS, drawn_numbers
+from creditbench.leaderboard.worlds import END as WORLDS_END
+from creditbench.leaderboard.worlds import START as WORLDS_START
 
 ROOT = Path(__file__).resolve().parents[1]
 HARD = "chain-hard-steps=10-slip_rate=0.1"
@@ -195,7 +197,8 @@ def _script():
 def test_the_script_says_when_the_picture_no_longer_shows_the_boards_best(tmp_path, capsys):
     runs = board(tmp_path)
     page = tmp_path / "index.md"
-    page.write_text(f"# Home\n\n{START}\n{END}\n\n{CREDIT_START}\n{CREDIT_END}\n")
+    blocks = [f"{START}\n{END}", f"{WORLDS_START}\n{WORLDS_END}", f"{CREDIT_START}\n{CREDIT_END}"]
+    page.write_text("# Home\n\n" + "\n\n".join(blocks) + "\n")
     picture = tmp_path / PICTURE
     picture.mkdir(parents=True)
 
@@ -210,6 +213,8 @@ def test_the_script_says_when_the_picture_no_longer_shows_the_boards_best(tmp_pa
     text = page.read_text()
     assert "--methods grpo,oracle,dapo,oppo" in current(text, CREDIT_START, CREDIT_END)
     assert "dapo beats GRPO by +0.050 AUC" in current(text)
+    # the worlds' records are found beside the page: none here
+    assert "no runs yet: chain, countdown, ledger" in current(text, WORLDS_START, WORLDS_END)
     draw(["grpo", "oracle", "dapo", "oppo"])
     assert _script().main([str(runs / "runs.csv"), str(page)]) == 0
     assert _script().main([str(page)]) == 2  # usage

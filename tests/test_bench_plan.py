@@ -8,6 +8,7 @@ from creditbench.tools.bench_plan import (
     describe_plan,
     estimate_seconds,
     expected_wall,
+    left_of_started,
     longest_first,
     setting_method,
     weighed_busy,
@@ -187,3 +188,33 @@ def test_without_psutil_the_load_average_is_read_and_said(monkeypatch):
     line = bench_plan.describe_load(suite, {"a-grpo-s0": 60.0}, workers=2)
     assert "6.0 of 2 cores by the load average, niced processes counted whole" in line
     assert "about 3.5 min, 3.5 x the records' times" in line  # (6 + 1 worker) / 2 cores
+
+
+def started_run(results, name: str, checkpoint_step: int | None, fractions: list[float]) -> None:
+    """A run folder with one step record a fraction, and a complete checkpoint at a step."""
+    import json
+
+    from creditbench.harness.records.rundir import COMPLETE_MARKER
+
+    folder = results / name
+    folder.mkdir(parents=True)
+    lines = [{"step": 0, "eval": {"fraction": 0.0}}]
+    lines += [{"step": i + 1, "budget_fraction": f} for i, f in enumerate(fractions)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    if checkpoint_step is not None:
+        checkpoint = folder / "checkpoints" / f"step-{checkpoint_step:06d}"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / COMPLETE_MARKER).write_text("")
+
+
+def test_a_part_done_run_is_counted_for_what_is_left_past_its_checkpoint(tmp_path):
+    suite = runs("chain-hard-steps=10", ["grpo"], seeds=(0, 1, 2, 3))
+    estimates = {run.name: 400.0 for run in suite}
+    started_run(tmp_path, suite[0].name, 3, [0.1, 0.2, 0.3, 0.4])  # resumes at 0.3
+    started_run(tmp_path, suite[1].name, None, [0.1, 0.2])  # no checkpoint: starts over
+    (tmp_path / suite[2].name).mkdir()  # a folder and nothing in it
+    got, started = left_of_started(estimates, suite, tmp_path)
+    assert started == 1
+    assert got[suite[0].name] == pytest.approx(280.0)
+    assert [got[run.name] for run in suite[1:]] == [400.0, 400.0, 400.0]
+    assert estimates[suite[0].name] == 400.0  # the caller's estimates are left as they were

@@ -111,6 +111,7 @@ def run_suite(
     from creditbench.tools.bench_plan import (
         default_timings,
         estimate_seconds,
+        left_of_started,
         longest_first,
         measured_seconds,
     )
@@ -150,9 +151,9 @@ def run_suite(
         estimates = estimate_seconds(runs, measured_seconds([results_dir, *timings]))
     except RunFormatError as err:
         raise SuiteError(f"--timings: {err}") from None
-    pending = references_first(
-        longest_first([r for r in selected if r.name not in finished], estimates)
-    )
+    unfinished = [r for r in selected if r.name not in finished]
+    estimates, _ = left_of_started(estimates, unfinished, results_dir)  # a resumed run's rest
+    pending = references_first(longest_first(unfinished, estimates))
     chosen = f", {len(selected)} selected by --only" if only else ""
     print(
         f"suite {path.stem}: {len(runs)} runs{chosen}, {len(finished)} finished, "

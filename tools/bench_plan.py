@@ -21,6 +21,10 @@ A run's estimate is, in order of preference:
    costs more than its method, OPPO's with a teacher, is then under-estimated);
 4. none: the run is listed as not measured, and the total counts it apart.
 
+A run that is partly done (killed or stopped, with a checkpoint to resume from) is counted for
+what is left of it (:func:`left_of_started`): its estimate times the share of its budget past
+its latest checkpoint, as the share its metrics record at that step.
+
 Estimates are wall seconds on the machine and under the load the records were made on.
 """
 
@@ -104,6 +108,45 @@ def estimate_seconds(runs: Sequence[Any], measured: dict[str, list[float]]) -> d
             if run.name in out:
                 break
     return out
+
+
+def resumed_share(run_dir: Path) -> float:
+    """The share of a run's budget spent by its latest checkpoint, where a resumed run goes on
+    from (0 without one, or where its records do not say)."""
+    from creditbench.harness.records.files import RunFormatError, read_metric_lines
+    from creditbench.harness.records.rundir import RunDir
+
+    try:
+        checkpoint = RunDir(run_dir).latest_checkpoint()
+        if checkpoint is None:
+            return 0.0
+        step = int(checkpoint.name.rsplit("-", 1)[-1])
+        records = read_metric_lines(run_dir / "metrics.jsonl")
+    except (OSError, ValueError, RunFormatError):
+        return 0.0
+    spent = [
+        float(r["budget_fraction"])
+        for _, r in records
+        if r.get("step") == step
+        and "eval" not in r
+        and isinstance(r.get("budget_fraction"), int | float)
+        and not isinstance(r.get("budget_fraction"), bool)
+    ]
+    return min(max(spent[-1], 0.0), 1.0) if spent and math.isfinite(spent[-1]) else 0.0
+
+
+def left_of_started(
+    estimates: dict[str, float], runs: Iterable[Any], results: Path
+) -> tuple[dict[str, float], int]:
+    """``(estimates with each partly done run's cut to what is left, how many were cut)``:
+    a run folder in ``results`` with a checkpoint resumes from it (:func:`resumed_share`)."""
+    out, started = dict(estimates), 0
+    for run in runs:
+        share = resumed_share(results / run.name) if run.name in out else 0.0
+        if share > 0:
+            out[run.name] *= 1.0 - share
+            started += 1
+    return out, started
 
 
 def shorter_labels(run: Any) -> list[str]:

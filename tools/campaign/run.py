@@ -173,6 +173,7 @@ def dry_run(plan: Plan, work: Path, workers: int) -> int:
         default_timings,
         describe_plan,
         estimate_seconds,
+        left_of_started,
         measured_seconds,
     )
 
@@ -190,7 +191,7 @@ def dry_run(plan: Plan, work: Path, workers: int) -> int:
     left_all: list = []
     estimates: dict[str, float] = {}
     counted: set[str] = set()
-    maybe = 0
+    maybe = resumed = 0
     for phase in plan.phases:
         steps, waits = phase_steps(plan, phase, [results, plan.board])
         if waits:
@@ -201,11 +202,14 @@ def dry_run(plan: Plan, work: Path, workers: int) -> int:
         runs = [run for step in steps for run in step.runs]
         estimates |= estimate_seconds(runs, measured)
         left = [run for run in runs if run.name not in done | counted]
+        estimates, started = left_of_started(estimates, left, results)  # resumed: what is left
+        resumed += started
         counted |= {run.name for run in runs}
         left_all += left
         print(f"{phase.describe()}: {len(runs)} runs, {len(left)} left, {_hours(left, estimates)}")
         _print_steps(steps, left, estimates)
-    print(f"total: {len(left_all)} runs left; {describe_plan(left_all, estimates, workers)}")
+    part = f" ({resumed} of them part-done, counted for what is left)" if resumed else ""
+    print(f"total: {len(left_all)} runs left{part}; {describe_plan(left_all, estimates, workers)}")
     if maybe:
         print(f"and up to {maybe} runs more that the easy-seeds rule will choose among")
     print(f"measured times: {', '.join(map(str, timings)) or 'none'}")

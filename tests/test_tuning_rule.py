@@ -12,7 +12,10 @@ from creditbench.tools.campaign.tuning import (
     best,
     choices_of,
     chosen,
+    eval_counts,
     read_aucs,
+    read_reach,
+    samples_horizon,
     stage1_best,
     stage2_configs,
     stage2_suite,
@@ -163,8 +166,8 @@ def test_the_tuned_suite_runs_every_method_under_its_own_name_at_its_choice(tmp_
     board = load_suite(suite_path("standard"))
     choices = {"gspo": Config("gspo", 1.5e-5, (("eps_high", 4e-3), ("eps_low", 3e-3))),
                "grpo": Config("grpo", 8.9e-5), "oracle": Config("oracle", 5e-5)}  # fmt: skip
-    suite = tuned_suite(board, choices)
-    assert suite["seeds"] == board["seeds"] and suite["tasks"] == board["tasks"]
+    suite = tuned_suite(board, choices, horizon=160)
+    assert suite["seeds"] == board["seeds"]
     runs = [(run.entry, run_config(run, tmp_path)) for run in expand_suite(suite, tmp_path)]
     assert {entry for entry, _ in runs} == {"gspo", "grpo", "oracle"}
     for entry, config in runs:
@@ -172,8 +175,38 @@ def test_the_tuned_suite_runs_every_method_under_its_own_name_at_its_choice(tmp_
         assert config.rollout.group_size == 8  # the board's settings kept
     gspo = next(config for entry, config in runs if entry == "gspo")
     assert gspo.method_options["eps_low"] == 3e-3
-    # both settings of the board, at its seeds
+    # both settings of the board, at its seeds, each with its equal-samples evaluations: the
+    # hard one up to the horizon, the easy one up to it times 3e12 / 4.5e12, down to a batch
     assert len(runs) == 3 * len(board["tasks"]) * len(board["seeds"])
+    counts = {c.task_options["steps"]: tuple(c.budget.eval_responses) for _, c in runs}
+    assert counts == {10: (32, 64, 128, 160), 8: (32, 64, 96)}
+
+
+def test_the_horizon_is_the_fewest_responses_a_chosen_configuration_reached():
+    spo, grpo = Config("spo", 5e-5), Config("grpo", 5e-5)
+    reach = {spo: [176.0, 160.0], grpo: [1504.0, 1472.0], Config("spo", 1.5e-4): [96.0, 96.0]}
+    # the fewest over the chosen configurations only (SPO's 1.5e-4 was not chosen)
+    assert samples_horizon(reach, {"spo": spo, "grpo": grpo}, 32) == 160
+    assert samples_horizon({spo: [175.0], grpo: [900.0]}, {"spo": spo, "grpo": grpo}, 32) == 160
+    with pytest.raises(ValueError, match="no trained responses recorded for grpo"):
+        samples_horizon({spo: [160.0]}, {"spo": spo, "grpo": grpo}, 32)
+
+
+def test_the_counts_are_the_horizons_quarters_at_whole_batches():
+    assert eval_counts(160, 32) == [32, 64, 128, 160]  # 40, 80, 120, 160 to the nearest batch
+    assert eval_counts(1024, 32) == [256, 512, 768, 1024]
+    assert eval_counts(64, 32) == [32, 64]  # a short horizon: fewer distinct counts
+    assert eval_counts(16, 32) == []  # under one batch: nothing to evaluate at
+
+
+def test_reach_is_read_from_each_runs_last_evaluation():
+    rows = stage1("vineppo", {5e-5: (0.3, 0.3)})
+    for i, r in enumerate(rows):
+        r["run"] = f"run{i}"
+    evals = [{"kind": "eval", "run": "run0", "responses_trained": n} for n in (0, 96, 160)]
+    evals += [{"kind": "eval", "run": "run1", "responses_trained": n} for n in (0, 128)]
+    reach = read_reach(table(rows + evals), DEFAULTS)
+    assert reach == {Config("vineppo", 5e-5): [160.0, 128.0]}
 
 
 def test_the_tuned_suite_waits_until_every_method_has_its_choice():

@@ -62,6 +62,22 @@ class Config:
         return f"lr {self.lr:.3g}" + (f", {knobs}" if knobs else "")
 
 
+def config_of(config: dict[str, Any], defaults: dict[str, dict[str, Any]]) -> Config:
+    """A run's configuration from its config (JSON): its method, lr and the options it changes
+    from ``defaults`` (each method's default options)."""
+    method = config["method"]
+    default = defaults.get(method, {})
+    changed = tuple(
+        sorted(
+            (k, _hashable(v))
+            for k, v in config.get("method_options", {}).items()
+            # JSON gives a list where the default is a tuple (SCAPO's rewrites): the same
+            if _hashable(default.get(k, v)) != _hashable(v)
+        )
+    )
+    return Config(method, float(config["train"]["lr"]), changed)
+
+
 def read_aucs(table, defaults: dict[str, dict[str, Any]]) -> dict[Config, list[float]]:
     """``{configuration: [AUC of each tuning seed]}`` from a records table (``runs.csv``'s
     ``kind == "run"`` rows: ``seed``, ``auc``, ``config`` as JSON). ``defaults``: each method's
@@ -70,21 +86,24 @@ def read_aucs(table, defaults: dict[str, dict[str, Any]]) -> dict[Config, list[f
     for _, row in table[table["kind"] == "run"].iterrows():
         if int(row["seed"]) not in TUNING_SEEDS or row["auc"] != row["auc"]:  # NaN: no AUC
             continue
-        config = json.loads(row["config"])
-        method = config["method"]
-        default = defaults.get(method, {})
-        changed = tuple(
-            sorted(
-                (k, _hashable(v))
-                for k, v in config.get("method_options", {}).items()
-                # JSON gives a list where the default is a tuple (SCAPO's rewrites): the same
-                if _hashable(default.get(k, v)) != _hashable(v)
-            )
-        )
-        key = Config(method, float(config["train"]["lr"]), changed)
+        key = config_of(json.loads(row["config"]), defaults)
         by_seed.setdefault(key, {})[int(row["seed"])] = float(row["auc"])
     # in seed order, whatever the records' order: the table's columns are the seeds
     return {key: [aucs[seed] for seed in sorted(aucs)] for key, aucs in by_seed.items()}
+
+
+def read_reach(table, defaults: dict[str, dict[str, Any]]) -> dict[Config, list[float]]:
+    """``{configuration: [trained responses by the last evaluation, each tuning run]}``: how
+    far along the samples axis each configuration's runs got within the budget."""
+    evals = table[table["kind"] == "eval"]
+    reached = evals.groupby("run")["responses_trained"].max()
+    out: dict[Config, list[float]] = {}
+    for _, row in table[table["kind"] == "run"].iterrows():
+        if int(row["seed"]) not in TUNING_SEEDS or row["run"] not in reached.index:
+            continue
+        key = config_of(json.loads(row["config"]), defaults)
+        out.setdefault(key, []).append(float(reached[row["run"]]))
+    return out
 
 
 def _hashable(value: Any) -> Any:
@@ -169,16 +188,61 @@ def choices_of(aucs: dict[Config, list[float]], methods: list[str]) -> dict[str,
     return {m: c for m, c in choices.items() if c is not None}
 
 
-def tuned_suite(board_suite: dict[str, Any], choices: dict[str, Config]) -> dict[str, Any]:
+# Protocol 2's equal-samples evaluation (docs/testbed.md): the compute axis's four later points,
+# a quarter of the horizon apart, so both axes read the curve alike, with the same noise
+SAMPLES_POINTS = (0.25, 0.5, 0.75, 1.0)
+TUNED_LABEL = "hard"  # the setting the tuning runs measure
+
+
+def batch_of(suite: dict[str, Any]) -> int:
+    """Trained responses a step in ``suite``: prompts a step times the group's size."""
+    settings = suite.get("settings") or {}
+    return int(settings["rollout.prompts_per_step"]) * int(settings["rollout.group_size"])
+
+
+def samples_horizon(
+    reach: dict[Config, list[float]], choices: dict[str, Config], batch: int
+) -> int:
+    """The tuned setting's horizon H: the fewest trained responses any chosen configuration's
+    tuning runs reached within the budget (the fewer of its seeds), down to a whole batch;
+    ValueError naming a choice whose runs say nothing of it."""
+    missing = [m for m, c in choices.items() if not reach.get(c)]
+    if missing:
+        raise ValueError(f"no trained responses recorded for {', '.join(missing)}")
+    fewest = min(min(reach[c]) for c in choices.values())
+    return int(fewest // batch) * batch
+
+
+def eval_counts(horizon: int, batch: int) -> list[int]:
+    """The counts of trained responses protocol 2 evaluates at: the quarters of ``horizon``,
+    each at the nearest whole batch (one at least), none past the horizon, distinct."""
+    counts = {max(batch, round(horizon * q / batch) * batch) for q in SAMPLES_POINTS}
+    return sorted(c for c in counts if c <= horizon)
+
+
+def tuned_suite(
+    board_suite: dict[str, Any], choices: dict[str, Config], horizon: int
+) -> dict[str, Any]:
     """The board's suite with every method, references included, at its chosen configuration:
     one variant a method, named as the method (so its runs and rows keep the method's name),
-    with its lr and the options it changes; the suite's settings otherwise."""
+    with its lr and the options it changes; the suite's settings otherwise. Each setting
+    evaluates also at counts of trained responses (:func:`eval_counts`): the tuned setting up to
+    ``horizon``, another up to the horizon scaled by its budget, down to a whole batch."""
     suite = {k: v for k, v in board_suite.items() if k not in ("methods", "references")}
     suite["description"] = (
         f"{board_suite.get('description', '').strip()} At the tuning rule's chosen "
-        "configurations (docs/results/tuning/tuning.md), written from the tuning records by "
-        "tools/campaign/tuning.py."
+        "configurations (docs/results/tuning/tuning.md), with protocol 2's equal-samples "
+        "evaluations, written from the tuning records by tools/campaign/tuning.py."
     ).strip()
+    batch = batch_of(board_suite)
+    budget = {t.get("label"): float(t["settings"]["budget.amount"]) for t in board_suite["tasks"]}
+    tasks = []
+    for task in board_suite["tasks"]:
+        scaled = horizon * float(task["settings"]["budget.amount"]) / budget[TUNED_LABEL]
+        own = horizon if task.get("label") == TUNED_LABEL else int(scaled // batch) * batch
+        settings = {**task["settings"], "budget.eval_responses": eval_counts(own, batch)}
+        tasks.append({**task, "settings": settings})
+    suite["tasks"] = tasks
     variants = []
     for method, config in sorted(choices.items()):
         entry: dict[str, Any] = {"name": method, "method": method}
@@ -293,10 +357,13 @@ def main(argv: list[str] | None = None) -> int:
         wanted = sorted(today_options(board))  # every registered method, references included
         try:
             choices = choices_of(aucs, wanted)
+            reach = read_reach(table, today_options(stage1_suite))
+            horizon = samples_horizon(reach, choices, batch_of(board))
         except ValueError as err:
             print(f"tuning: {err}", file=sys.stderr)
             return 2
-        atomic_write_text(args.out, yaml.safe_dump(tuned_suite(board, choices), sort_keys=False))
+        suite = tuned_suite(board, choices, horizon)
+        atomic_write_text(args.out, yaml.safe_dump(suite, sort_keys=False))
         return 0
     try:
         chosen = {m: stage1_best(aucs, m) for m in methods}

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from creditbench.harness.records.files import atomic_write_text
 from creditbench.leaderboard.headline import setting_rows
 from creditbench.leaderboard.stats import t_interval
 
@@ -159,19 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only report pages that differ")
     parser.add_argument("--records", type=Path, default=RECORDS, help="the board's runs.csv")
+    parser.add_argument("--pages", type=Path, default=PAGES, help="the method pages' folder")
     args = parser.parse_args(argv)
     runs = read_runs(args.records)
     stale = 0
-    for page in sorted(PAGES.glob("*.md")):
+    for page in sorted(args.pages.glob("*.md")):
         text = page.read_text()
         if not registered_names(text):  # the index, not a method's page
             continue
         problems, fixed = page_problems(text, runs)
         for problem in problems:
-            print(f"{page.relative_to(ROOT)}: {problem}")
+            print(f"{page}: {problem}")
         stale += bool(problems)
         if not args.check and fixed != text:
-            page.write_text(fixed)
+            atomic_write_text(page, fixed)  # whole or not at all: a killed sync keeps the page
     return 1 if args.check and stale else 0
 
 

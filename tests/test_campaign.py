@@ -297,3 +297,24 @@ def test_the_tuning_plans_sync_renders_the_tuning_table(monkeypatch, tmp_path) -
     assert rendered[0] == "-m creditbench.tools.cli.main leaderboard"
     assert rendered[-1] == "-m creditbench.tools.campaign.tuning table"
     assert commands[-1][-2:] == ["--out", "docs/results/tuning/tuning.md"]
+
+
+def test_the_standard_plans_sync_renders_the_method_pages_mechanism_rows(monkeypatch) -> None:
+    """The standard campaign's --sync recomputes each method page's chain rows of "Where the
+    mechanism acts" from the board it has just rendered (the plan's `pages: {methods: ...}`)."""
+    from creditbench.tools.campaign import sync
+
+    plan = load_plan(plan_path("standard"))
+    commands = []
+
+    def recorded(command, **kwargs):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(sync.subprocess, "run", recorded)
+    sync._render(plan)
+    mechanism = [c for c in commands if c[1].endswith("mechanism_lines.py")]
+    assert len(mechanism) == 1
+    assert mechanism[0][2:] == [
+        "--records", "docs/results/standard/runs.csv", "--pages", "docs/methods"
+    ]  # fmt: skip

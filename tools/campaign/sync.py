@@ -11,7 +11,8 @@ pages that read them rendered again.
    says how much of the campaign it holds.
 3. The board (``creditbench leaderboard``), the claims' own rows' manifest and ``runs.csv``,
    the claims page (``creditbench claims``) and the home page's headline
-   (``scripts/home_headline.py --explain``) and the tuning rule's table
+   (``scripts/home_headline.py --explain``), the method pages' "Where the mechanism acts"
+   rows (``scripts/mechanism_lines.py``) and the tuning rule's table
    (``tools/campaign/tuning.py``), each where the plan's ``pages`` asks for it.
 
 Every file is written whole or not at all (atomically), so a sync killed half-way is run again.
@@ -134,6 +135,9 @@ def _render(plan: Plan) -> None:
     if "home" in plan.pages:
         script = plan.repo / "scripts" / "home_headline.py"
         run(script, tables[0], plan.pages["home"], "--explain")
+    if "methods" in plan.pages:  # each method page's chain rows of "Where the mechanism acts"
+        script = plan.repo / "scripts" / "mechanism_lines.py"
+        run(script, "--records", tables[0], "--pages", plan.pages["methods"])
     if "tuning" in plan.pages:  # the tuning rule's table (docs/testbed.md, "The tuning rule")
         table = ("-m", "creditbench.tools.campaign.tuning", "table", plan.board)
         run(*table, "--out", plan.pages["tuning"])

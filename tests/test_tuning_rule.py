@@ -116,16 +116,20 @@ def test_the_tuning_table_puts_each_auc_under_its_seed_and_no_mean_before_both()
     text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"])
     assert "| grpo | lr 5e-05 | 0.3500 | 0.3600 | 0.3550 |" in text
     assert "| grpo | lr 1.5e-05 | — | — | 1 of 2 seeds in |" in text
+    # the fewest responses the configuration's runs trained, where the records say
+    reach = {Config("grpo", 5e-5): [1504.0, 1472.0]}
+    text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"], reach)
+    assert "| grpo | lr 5e-05 | 0.3500 | 0.3600 | 0.3550 | 1472 |" in text
 
 
 def test_the_tuning_table_marks_a_choice_only_once_its_runs_are_in():
     rows = stage1("grpo", {1.5e-5: (0.30, 0.32), 5e-5: (0.35, 0.36)})
     text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"])
-    assert "stage 1's best" not in text and "chosen" not in text  # 1.5e-4 not in yet
+    assert "stage 1's best |" not in text and "**chosen**" not in text  # 1.5e-4 not in yet
     rows += stage1("grpo", {1.5e-4: (0.31, 0.30)})
     text = tuning_table(read_aucs(table(rows), DEFAULTS), ["grpo"])
     marked = [line for line in text.splitlines() if line.endswith("best |")]
-    assert marked == ["| grpo | lr 5e-05 | 0.3500 | 0.3600 | 0.3550 | stage 1's best |"]
+    assert marked == ["| grpo | lr 5e-05 | 0.3500 | 0.3600 | 0.3550 | — | stage 1's best |"]
     aucs = read_aucs(table(rows), DEFAULTS)
     refined = [c.lr for c in stage2_configs("grpo", stage1_best(aucs, "grpo"), aucs)]
     assert refined == [2.812e-05, 8.891e-05]  # as the stage-2 suite writes them

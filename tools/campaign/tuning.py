@@ -280,19 +280,29 @@ def stage2_suite(stage1_suite: dict[str, Any], configs: list[Config]) -> dict[st
     return suite
 
 
-def tuning_table(aucs: dict[Config, list[float]], methods: list[str]) -> str:
-    """The tuning table: each method's configurations with their seeds' AUC and mean. A method
-    whose five configurations are all in at both seeds has its **chosen** one marked; one whose
-    stage 1 is in, its stage-1 best ("stage 1"); until then, no mark."""
+def tuning_table(
+    aucs: dict[Config, list[float]],
+    methods: list[str],
+    reach: dict[Config, list[float]] | None = None,
+) -> str:
+    """The tuning table: each method's configurations with their seeds' AUC and mean, and the
+    fewest trained responses its runs reached (``reach``: protocol 2's samples horizon is the
+    least of the chosen ones'). A method whose five configurations are all in at both seeds
+    has its **chosen** one marked; one whose stage 1 is in, its stage-1 best ("stage 1");
+    until then, no mark."""
+    reach = reach or {}
     lines = [
         "# The tuning table",
         "",
         "Each method's tuning configurations with their AUC over the FLOP budget on the tuning "
         "seeds (the [tuning rule](../../testbed.md#the-tuning-rule-every-method-tuned-alike-"
-        "written-before-its-runs)); written from the records by `tools/campaign/tuning.py`.",
+        "written-before-its-runs)), and the fewest responses its runs trained within the budget "
+        "(the least of the chosen ones' is protocol 2's [samples horizon](../../testbed.md#"
+        "protocol-2s-equal-samples-evaluation-the-rule-written-before-its-runs)); written from "
+        "the records by `tools/campaign/tuning.py`.",
         "",
-        "| method | configuration | AUC, seed 22 | seed 23 | mean | the rule |",
-        "|---|---|---|---|---|---|",
+        "| method | configuration | AUC, seed 22 | seed 23 | mean | responses trained | the rule |",
+        "|---|---|---|---|---|---|---|",
     ]
     for method in methods:
         mine = {c: v for c, v in aucs.items() if c.method == method}
@@ -313,7 +323,9 @@ def tuning_table(aucs: dict[Config, list[float]], methods: list[str]) -> str:
             else:  # a seed still running: no mean of the seeds that are in
                 done = len(mine[config])
                 cells = " | ".join(["—"] * len(TUNING_SEEDS)) + f" | {done} of 2 seeds in"
-            lines.append(f"| {method} | {config.label()} | {cells} | {marks.get(config, '')} |")
+            trained = f"{min(reach[config]):.0f}" if reach.get(config) else "—"
+            mark = marks.get(config, "")
+            lines.append(f"| {method} | {config.label()} | {cells} | {trained} | {mark} |")
     return "\n".join(lines) + "\n"
 
 
@@ -350,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     aucs = read_aucs(table, today_options(stage1_suite))
     methods = sorted({c.method for c in aucs})
     if args.action == "table":
-        atomic_write_text(args.out, tuning_table(aucs, methods))
+        reach = read_reach(table, today_options(stage1_suite))
+        atomic_write_text(args.out, tuning_table(aucs, methods, reach))
         return 0
     if args.action == "tuned":
         board = load_suite(suite_path("standard"))

@@ -235,14 +235,14 @@ def tuned_suite(
         "evaluations, written from the tuning records by tools/campaign/tuning.py."
     ).strip()
     batch = batch_of(board_suite)
-    budget = {t.get("label"): float(t["settings"]["budget.amount"]) for t in board_suite["tasks"]}
-    tasks = []
-    for task in board_suite["tasks"]:
-        scaled = horizon * float(task["settings"]["budget.amount"]) / budget[TUNED_LABEL]
-        own = horizon if task.get("label") == TUNED_LABEL else int(scaled // batch) * batch
-        settings = {**task["settings"], "budget.eval_responses": eval_counts(own, batch)}
-        tasks.append({**task, "settings": settings})
-    suite["tasks"] = tasks
+    amounts = {s.get("label"): float(s["settings"]["budget.amount"]) for s in board_suite["tasks"]}
+    settings_entries = []
+    for setting in board_suite["tasks"]:  # a suite's task entries are its settings
+        scaled = horizon * float(setting["settings"]["budget.amount"]) / amounts[TUNED_LABEL]
+        own = horizon if setting.get("label") == TUNED_LABEL else int(scaled // batch) * batch
+        fields = {**setting["settings"], "budget.eval_responses": eval_counts(own, batch)}
+        settings_entries.append({**setting, "settings": fields})
+    suite["tasks"] = settings_entries
     variants = []
     for method, config in sorted(choices.items()):
         entry: dict[str, Any] = {"name": method, "method": method}

@@ -220,6 +220,16 @@ def eval_counts(horizon: int, batch: int) -> list[int]:
     return sorted(c for c in counts if c <= horizon)
 
 
+def variant(name: str, config: Config) -> dict[str, Any]:
+    """A suite's variant entry running ``config``: its method, the options it changes (the
+    knobs' alternatives: plain values) and its lr."""
+    entry: dict[str, Any] = {"name": name, "method": config.method}
+    if config.options:
+        entry["options"] = dict(config.options)
+    entry["settings"] = {"train.lr": config.lr}
+    return entry
+
+
 def tuned_suite(
     board_suite: dict[str, Any], choices: dict[str, Config], horizon: int
 ) -> dict[str, Any]:
@@ -243,13 +253,7 @@ def tuned_suite(
         fields = {**setting["settings"], "budget.eval_responses": eval_counts(own, batch)}
         settings_entries.append({**setting, "settings": fields})
     suite["tasks"] = settings_entries
-    variants = []
-    for method, config in sorted(choices.items()):
-        entry: dict[str, Any] = {"name": method, "method": method}
-        if config.options:
-            entry["options"] = dict(config.options)  # the knobs' alternatives: plain values
-        entry["settings"] = {"train.lr": config.lr}
-        variants.append(entry)
+    variants = [variant(method, config) for method, config in sorted(choices.items())]
     suite["methods"], suite["references"] = variants, []
     return suite
 
@@ -271,11 +275,7 @@ def stage2_suite(stage1_suite: dict[str, Any], configs: list[Config]) -> dict[st
     variants: list[dict[str, Any]] = []
     for config in configs:
         index = sum(1 for v in variants if v["method"] == config.method) + 1
-        entry: dict[str, Any] = {"name": f"{config.method}_stage2_{index}", "method": config.method}
-        if config.options:
-            entry["options"] = dict(config.options)
-        entry["settings"] = {"train.lr": config.lr}
-        variants.append(entry)
+        variants.append(variant(f"{config.method}_stage2_{index}", config))
     suite["methods"], suite["references"] = variants, []
     return suite
 

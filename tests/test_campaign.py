@@ -277,14 +277,10 @@ def test_a_campaign_runs_is_killed_resumes_and_syncs(tmp_path, clone, head, caps
     assert "phase 1: tiny seeds 0-1: 2 runs, 0 left" in dry.stdout, dry.stdout + dry.stderr
 
 
-def test_the_tuning_plans_sync_renders_the_tuning_table(monkeypatch, tmp_path) -> None:
-    """The tuning campaign's --sync writes the tuning rule's table beside its records (the plan's
-    `pages: {tuning: ...}`), by the rule's own script, after the board."""
+def render_commands(monkeypatch, plan) -> list[list[str]]:
+    """The commands a plan's --sync renders with (``sync._render``), recorded, none run."""
     from creditbench.tools.campaign import sync
 
-    plan = load_plan(plan_path("tuning"))
-    assert plan.pages["tuning"].name == "tuning.md"
-    assert plan.pages["tuning"].parent == plan.board
     commands = []
 
     def recorded(command, **kwargs):
@@ -293,6 +289,17 @@ def test_the_tuning_plans_sync_renders_the_tuning_table(monkeypatch, tmp_path) -
 
     monkeypatch.setattr(sync.subprocess, "run", recorded)
     sync._render(plan)
+    return commands
+
+
+def test_the_tuning_plans_sync_renders_the_tuning_table(monkeypatch, tmp_path) -> None:
+    """The tuning campaign's --sync writes the tuning rule's table beside its records (the plan's
+    `pages: {tuning: ...}`), by the rule's own script, after the board."""
+
+    plan = load_plan(plan_path("tuning"))
+    assert plan.pages["tuning"].name == "tuning.md"
+    assert plan.pages["tuning"].parent == plan.board
+    commands = render_commands(monkeypatch, plan)
     rendered = [" ".join(c[1:4]) for c in commands]
     assert rendered[0] == "-m creditbench.tools.cli.main leaderboard"
     assert rendered[-1] == "-m creditbench.tools.campaign.tuning table"
@@ -302,17 +309,8 @@ def test_the_tuning_plans_sync_renders_the_tuning_table(monkeypatch, tmp_path) -
 def test_the_standard_plans_sync_renders_the_method_pages_mechanism_rows(monkeypatch) -> None:
     """The standard campaign's --sync recomputes each method page's chain rows of "Where the
     mechanism acts" from the board it has just rendered (the plan's `pages: {methods: ...}`)."""
-    from creditbench.tools.campaign import sync
 
-    plan = load_plan(plan_path("standard"))
-    commands = []
-
-    def recorded(command, **kwargs):
-        commands.append(command)
-        return subprocess.CompletedProcess(command, 0, "", "")
-
-    monkeypatch.setattr(sync.subprocess, "run", recorded)
-    sync._render(plan)
+    commands = render_commands(monkeypatch, load_plan(plan_path("standard")))
     mechanism = [c for c in commands if c[1].endswith("mechanism_lines.py")]
     assert len(mechanism) == 1
     assert mechanism[0][2:] == [

@@ -30,14 +30,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from creditbench.reference.cards import CLAIM_SETTINGS, Card
 
-from .claims import HOLDS, NOT_RESOLVED, NOT_TESTABLE, REVERSED, by_claim, judge_cards
+from .claims import (
+    HOLDS,
+    NOT_RESOLVED,
+    NOT_TESTABLE,
+    REVERSED,
+    by_claim,
+    judge_cards,
+    setting_runs,
+    world_table,
+)
 from .gains import MIN_PAIRS_FOR_A_CLAIM, gain, paired_gaps
 from .stats import BASELINE, ORACLE, accuracy_columns, stratified_interval
 
@@ -76,25 +85,29 @@ def read_worlds(docs: str | Path, records: dict[str, tuple[str, ...]] = RECORDS)
     return worlds
 
 
-def setting_run_rows(table: pd.DataFrame, world: str, label: str) -> pd.DataFrame:
-    """The run rows of ``world``'s setting ``label``, by run name (``<task>-<label>-...``)."""
-    runs = table[table["kind"] == "run"]
-    names = runs["run"].map(lambda name: PurePosixPath(str(name)).name)
-    return runs[names.str.startswith(f"{world}-{label}-")]
+def oracle_gaps(runs: pd.DataFrame) -> pd.Series | None:
+    """``{seed: oracle - GRPO AUC}`` in one world and setting's run rows, where the oracle is
+    ahead of GRPO by the claim rule and so sets the scale; None elsewhere (module doc)."""
+    oracle = paired_gaps(runs, ORACLE, accuracy_columns(runs)[2])
+    if len(oracle) < MIN_PAIRS_FOR_A_CLAIM or not gain(oracle.to_numpy()).separates:
+        return None
+    return oracle
+
+
+def positions_on(runs: pd.DataFrame, method: str, oracle: pd.Series) -> pd.Series:
+    """``{seed: position}`` of ``method`` on the scale of ``oracle`` (:func:`oracle_gaps`)."""
+    if method == BASELINE:
+        return pd.Series(0.0, index=oracle.index)
+    mine = paired_gaps(runs, method, accuracy_columns(runs)[2])
+    seeds = mine.index.intersection(oracle.index)
+    return mine.loc[seeds] / float(oracle.mean())
 
 
 def seed_positions(runs: pd.DataFrame, method: str) -> pd.Series | None:
     """``{seed: position}`` of ``method`` in one world and setting's run rows; None where the
     oracle does not set a scale there (module doc)."""
-    column = accuracy_columns(runs)[2]
-    oracle = paired_gaps(runs, ORACLE, column)
-    if len(oracle) < MIN_PAIRS_FOR_A_CLAIM or not gain(oracle.to_numpy()).separates:
-        return None
-    if method == BASELINE:
-        return pd.Series(0.0, index=oracle.index)
-    mine = paired_gaps(runs, method, column)
-    seeds = mine.index.intersection(oracle.index)
-    return mine.loc[seeds] / float(oracle.mean())
+    oracle = oracle_gaps(runs)
+    return None if oracle is None else positions_on(runs, method, oracle)
 
 
 def aggregate_positions(worlds: Sequence[World], *, reps: int = 2000) -> pd.DataFrame:
@@ -105,10 +118,13 @@ def aggregate_positions(worlds: Sequence[World], *, reps: int = 2000) -> pd.Data
         if world.board is None:
             continue
         for label in CLAIM_SETTINGS:
-            runs = setting_run_rows(world.board, world.name, label)
+            runs = setting_runs(world_table(world.board, world.name), label)
+            oracle = oracle_gaps(runs)  # the setting's scale, once for all its methods
+            if oracle is None:
+                continue
             for method in sorted(set(runs["method"])):
-                positions = seed_positions(runs, method)
-                if positions is not None and len(positions):
+                positions = positions_on(runs, method, oracle)
+                if len(positions):
                     where = f"{world.name} · {label}"
                     strata.setdefault(method, {})[where] = positions.to_numpy(dtype=float)
     rows = []

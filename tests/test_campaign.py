@@ -316,3 +316,14 @@ def test_the_standard_plans_sync_renders_the_method_pages_mechanism_rows(monkeyp
     assert mechanism[0][2:] == [
         "--records", "docs/results/standard/runs.csv", "--pages", "docs/methods"
     ]  # fmt: skip
+
+
+def test_the_standard_plans_sync_renders_otbs_ablation_block(monkeypatch) -> None:
+    """The standard campaign's --sync rewrites OTB's ablation block (the plan's `pages:
+    {ablation: ...}`), after the board it reads, so a re-run board cannot leave it stale."""
+
+    commands = render_commands(monkeypatch, load_plan(plan_path("standard")))
+    scripts = [c[1] for c in commands]
+    ablation = [c for c in commands if c[1].endswith("ablation_lines.py")]
+    assert len(ablation) == 1 and ablation[0][2:] == ["--page", "docs/methods/otb.md"]
+    assert scripts.index(ablation[0][1]) > 0  # after the board's own render

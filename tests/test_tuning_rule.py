@@ -220,3 +220,29 @@ def test_the_tuned_suite_waits_until_every_method_has_its_choice():
     with pytest.raises(ValueError, match="no choice yet .* for gspo$"):
         choices_of(aucs, ["grpo", "gspo"])
     assert choices_of(aucs, ["grpo"]) == {"grpo": Config("grpo", 5e-5)}
+
+
+def test_the_ablation_rows_run_at_otbs_choice_each_with_its_rungs_change(tmp_path):
+    from creditbench.leaderboard.ablation import OTB_LADDER
+    from creditbench.tools.campaign.tuning import ablation_suite
+    from creditbench.tools.suite import expand_suite, load_suite, run_config, suite_path
+
+    board = load_suite(suite_path("standard"))
+    choices = {"grpo": Config("grpo", 5e-5), "otb": Config("otb", 1.5e-4, (("zero_tail", False),))}
+    tuned = tuned_suite(board, choices, horizon=160)
+    suite = ablation_suite(tuned, choices, OTB_LADDER)
+    runs = {}
+    for run in expand_suite(suite, tmp_path):
+        runs.setdefault(run.entry, []).append(run_config(run, tmp_path))
+    # the inner rungs only: GRPO and OTB are the tuned board's own rows
+    assert set(runs) == {"otb_norm", "otb_uniform"}
+    for configs in runs.values():
+        assert {c.train.lr for c in configs} == {1.5e-4}  # OTB's chosen lr, not GRPO's
+        counts = {c.task_options["steps"]: tuple(c.budget.eval_responses) for c in configs}
+        assert counts == {10: (32, 64, 128, 160), 8: (32, 64, 96)}  # the tuned evaluations
+    norm, uniform = runs["otb_norm"][0], runs["otb_uniform"][0]
+    assert norm.method == "drgrpo" and norm.method_options["aggregation"] == "token-mean"
+    # a rung of another method does not take OTB's options; OTB's own rung keeps them
+    assert "zero_tail" not in norm.method_options
+    assert uniform.method == "otb" and uniform.method_options["weighting"] == "uniform"
+    assert uniform.method_options["zero_tail"] is False

@@ -12,6 +12,7 @@
       claims: docs/results/claims.md         # the claims page
       home: docs/index.md                    # the home page's headline
       methods: docs/methods                  # the method pages' "Where the mechanism acts"
+      ablation: docs/methods/otb.md          # OTB's ablation block (scripts/ablation_lines.py)
     pins:                       # commit (full id): the methods it runs, in priority order
       75b6117531395d8098f8fe31a52b8f0225d0c063: [grpo, oracle]
     phases:                     # in order; each runs what is left of it
@@ -38,7 +39,7 @@ from creditbench.tools.campaign.worktrees import REPOSITORY, CheckoutError, reso
 
 PLAN_KEYS = ("description", "suite", "methods", "records", "pages", "pins", "phases")
 RECORDS_KEYS = ("board", "claims_rows")
-PAGES_KEYS = ("claims", "home", "methods", "tuning")
+PAGES_KEYS = ("claims", "home", "methods", "tuning", "ablation")
 BENCH_PHASE_KEYS = ("setting", "seeds", "methods", "rule")
 RULES = ("easy-seeds",)  # docs/testbed.md, "The easy setting's seeds 5-9" (easy_seeds.py)
 FULL_COMMIT = re.compile(r"[0-9a-f]{40}")

@@ -3,6 +3,7 @@
     python -m creditbench.tools.campaign.tuning stage2 RECORDS --out tools/suites/tuning-stage2.yaml
     python -m creditbench.tools.campaign.tuning table RECORDS --out RECORDS/tuning.md
     python -m creditbench.tools.campaign.tuning tuned RECORDS --out tools/suites/standard-tuned.yaml
+        [--ablations tools/suites/otb-ablation.yaml]
 
 Stage 1 ran every method at three lrs (``tools/suites/tuning.yaml``) on the tuning seeds; its
 best lr is the highest mean AUC over the seeds, a difference under :data:`TIE` resolved toward
@@ -11,7 +12,9 @@ scale- or budget-tied knob's two alternatives (:data:`KNOB_ALTERNATIVES`), or th
 quarter-decade either side. The chosen configuration is the best of a method's five, ties
 resolved toward fewer changes from today's. A configuration is read from each run's own config
 (its lr and method options), never from its name. Once every method's five are in, ``tuned``
-writes the board's suite at the chosen configurations (:func:`tuned_suite`).
+writes the board's suite at the chosen configurations (:func:`tuned_suite`), and with
+``--ablations`` the suite of OTB's ablation rows at OTB's chosen configuration
+(:func:`ablation_suite`, docs/testbed.md, "OTB's ablation rows").
 """
 
 from __future__ import annotations
@@ -258,6 +261,27 @@ def tuned_suite(
     return suite
 
 
+def ablation_suite(tuned: dict[str, Any], choices: dict[str, Config], ladder) -> dict[str, Any]:
+    """The suite of a ladder's inner rungs (:mod:`creditbench.leaderboard.ablation`): the tuned
+    suite's settings and evaluations, one variant a rung, each at the top rung's chosen lr and,
+    for a rung of the top rung's own method, its chosen options too, under the rung's options.
+    The bottom and top rungs are the tuned board's own rows and are not run again."""
+    top = choices[ladder[-1].row]
+    variants = []
+    for rung in ladder[1:-1]:
+        options = dict(top.options) if rung.method == top.method else {}
+        config = Config(rung.method, top.lr, tuple(sorted({**options, **rung.options}.items())))
+        variants.append(variant(rung.row, config))
+    suite = {k: v for k, v in tuned.items() if k not in ("methods", "references")}
+    suite["description"] = (
+        f"The ablation rows between {ladder[0].row} and {ladder[-1].row} (docs/testbed.md, "
+        f"\"OTB's ablation rows\"), at {ladder[-1].row}'s chosen configuration and the tuned "
+        "board's settings, written with the tuned suite by tools/campaign/tuning.py."
+    )
+    suite["methods"], suite["references"] = variants, []
+    return suite
+
+
 def rounded(lr: float) -> float:
     """An lr to 4 significant digits: what the stage-2 suite writes and its runs record, so a
     configuration read back from the records is the one planned, float for float."""
@@ -356,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=("stage2", "table", "tuned"))
     parser.add_argument("records", help="the tuning runs' records folder (docs/results/tuning)")
     parser.add_argument("--out", required=True)
+    parser.add_argument(
+        "--ablations", help="with tuned: also write OTB's ablation rows' suite to this path"
+    )
     args = parser.parse_args(argv)
     stage1_suite = load_suite(suite_path("tuning"))
     table, _ = collect_runs([args.records])
@@ -377,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         suite = tuned_suite(board, choices, horizon)
         atomic_write_text(args.out, yaml.safe_dump(suite, sort_keys=False))
+        if args.ablations:
+            from creditbench.leaderboard.ablation import OTB_LADDER
+
+            ablations = ablation_suite(suite, choices, OTB_LADDER)
+            atomic_write_text(args.ablations, yaml.safe_dump(ablations, sort_keys=False))
         return 0
     try:
         chosen = {m: stage1_best(aucs, m) for m in methods}

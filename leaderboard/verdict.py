@@ -154,14 +154,24 @@ def holm_sentence(frame: pd.DataFrame, name: str = "gain_auc") -> str:
     rows against GRPO (module doc); empty without such a verdict."""
     others = frame[frame["method"] != BASELINE]
     p_values = {str(r["method"]): t_test_p(r, name) for _, r in others.iterrows()}
-    adjusted = holm(p_values)
     called = _flag(others, f"{name}_separates") | _flag(others, f"{name}_reversed")
-    verdicts = [str(m) for m in others.loc[called, "method"] if str(m) in adjusted]
+    verdicts = [str(m) for m in others.loc[called, "method"]]
+    return holm_text(p_values, verdicts, "rows against GRPO")
+
+
+def holm_text(
+    p_values: dict[str, float], verdicts: list[str], family: str, where: str = "above"
+) -> str:
+    """Which of ``verdicts`` (names of ``p_values`` whose verdict was called) survive Holm's
+    correction over the family ``p_values`` (``family`` says what its members are, ``where``
+    where the verdicts stand on the page); empty without such a verdict."""
+    adjusted = holm(p_values)
+    verdicts = [v for v in verdicts if v in adjusted]
     if not verdicts:
         return ""
     fall = [m for m in verdicts if adjusted[m] > FAMILY_WISE_ERROR]
     head = (
-        f"Holm's correction over the {len(adjusted)} rows against GRPO (the paired t test's "
+        f"Holm's correction over the {len(adjusted)} {family} (the paired t test's "
         f"p-values, family-wise error {FAMILY_WISE_ERROR:.0%}): "
     )
     kept = [m for m in verdicts if m not in fall]
@@ -169,9 +179,11 @@ def holm_sentence(frame: pd.DataFrame, name: str = "gain_auc") -> str:
     nearest = max(kept, key=lambda m: adjusted[m], default=None)
     closest = f" (the nearest: {nearest}, adjusted {adjusted[nearest]:.4f})" if nearest else ""
     if not fall:
-        return head + f"all {len(verdicts)} verdicts above survive{closest}."
+        if len(verdicts) == 1:
+            return head + f"the one verdict {where} survives{closest}."
+        return head + f"all {len(verdicts)} verdicts {where} survive{closest}."
     named = ", ".join(f"{m} (p {p_values[m]:.4f}, adjusted {adjusted[m]:.3f})" for m in fall)
     return (
-        head + f"{len(kept)} of the {len(verdicts)} verdicts above survive{closest}; these do "
+        head + f"{len(kept)} of the {len(verdicts)} verdicts {where} survive{closest}; these do "
         f"not: {named}."
     )

@@ -19,10 +19,10 @@ from creditbench.leaderboard.claims import (
     HOLDS,
     NOT_RESOLVED,
     REVERSED,
-    claims_table,
     judge,
     row_seeds,
 )
+from creditbench.leaderboard.claims_page import claims_table
 from creditbench.reference.cards import CardError, Claim, Sourced, load_card
 from creditbench.tools.cli.main import main
 

@@ -22,10 +22,10 @@ from creditbench.leaderboard.claims import (
     NOT_TESTABLE,
     REVERSED,
     VERDICTS,
-    claims_table,
     judge,
     judge_claim,
 )
+from creditbench.leaderboard.claims_page import claims_table
 from creditbench.leaderboard.gains import gain
 from creditbench.leaderboard.samples import samples_sentence
 from creditbench.leaderboard.verdict import holm, holm_sentence, t_test_p
@@ -256,3 +256,29 @@ def test_the_equal_samples_axis_s_verdicts_get_their_holm_line_too():
         "1 of the 3 verdicts above survive (the nearest: a, adjusted 0.0150); these do not: "
         "b (p 0.0300, adjusted 0.060), c (p 0.0400, adjusted 0.060)."
     )
+
+
+def test_the_claims_page_has_a_holm_line_per_setting_over_the_claims_read_there():
+    from dataclasses import replace
+
+    from creditbench.leaderboard.claims import Verdict
+    from creditbench.leaderboard.claims_page import holm_line
+
+    def verdict(name: str, gaps: list[float], word: str, setting: str = "hard") -> Verdict:
+        return Verdict("card", replace(claim(), claim=name), setting, gain(gaps), word)
+
+    strong = [0.05, 0.06, 0.04, 0.05, 0.055, 0.045, 0.05, 0.06]  # p far below 5%
+    weak = [0.01, 0.02, -0.002, 0.015, -0.001, 0.012, 0.008, 0.011]  # p 0.011
+    flat = [0.01, -0.01, 0.02, -0.02, 0.0, 0.01, -0.01, 0.005]
+    verdicts = [verdict("A ahead of GRPO", strong, HOLDS), verdict("B ahead of GRPO", weak, HOLDS)]
+    verdicts += [verdict(f"C{i} ahead of GRPO", flat, NOT_RESOLVED) for i in range(8)]
+    verdicts.append(verdict("D ahead of GRPO", strong, NOT_TESTABLE))  # judges nothing
+    verdicts.append(verdict("E ahead of GRPO", strong, HOLDS, setting="easy"))
+    line = holm_line(verdicts, "hard")
+    # ten claims read in the hard setting (D is not testable, E is the easy setting's)
+    assert line.startswith("hard: Holm's correction over the 10 claims read in the hard setting")
+    assert "1 of the 2 verdicts in the table below survive" in line
+    assert "these do not: B ahead of GRPO (card)" in line
+    easy = holm_line(verdicts, "easy")
+    assert "the one verdict in the table below survives" in easy
+    assert holm_line(verdicts[2:10], "hard") == ""  # no verdict called: no line

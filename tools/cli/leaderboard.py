@@ -39,7 +39,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 
     from creditbench.harness.records.files import RunFormatError, atomic_write_text
     from creditbench.harness.records.rundir import RunDirError, check_creatable
-    from creditbench.leaderboard.claims import claims_page
+    from creditbench.leaderboard.claims_page import claims_page
     from creditbench.reference.cards import CardError, load_cards
 
     try:

@@ -135,7 +135,8 @@ def reproduce_claims(
 ) -> int:
     """Check ``card``'s claims on the standard suite (module doc); the exit code."""
     from creditbench.harness.records.rundir import RunDir
-    from creditbench.leaderboard.claims import claims_table, judge_claim, tally
+    from creditbench.leaderboard.claims import judge_claim
+    from creditbench.leaderboard.claims_page import claims_table, tally
     from creditbench.tools.bench import default_workers
     from creditbench.tools.bench_plan import (
         describe_plan,

@@ -18,7 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from creditbench.tools.cli.common import positive_int, seed_value, thread_count, usage_error
+from creditbench.tools.cli.common import (
+    MAX_SFT_STEPS,
+    count_up_to,
+    positive_int,
+    seed_value,
+    thread_count,
+    usage_error,
+)
 
 
 def parse_task_options(items: list[str]) -> dict[str, Any]:
@@ -166,7 +173,7 @@ def add_bootstrap_commands(subparsers: Any) -> None:
         help="a task option (repeatable); the value is read as JSON, else as text",
     )
     p.add_argument("--preset", help="model preset: nano, tiny (default), small or base")
-    p.add_argument("--steps", type=positive_int, help="SFT optimizer steps")
+    p.add_argument("--steps", type=count_up_to(MAX_SFT_STEPS), help="SFT optimizer steps")
     p.add_argument("--batch-size", type=positive_int, help="SFT examples per step")
     p.add_argument("--lr", type=float, help="peak learning rate")
     p.add_argument("--seed", type=seed_value, help="bootstrap seed, in [0, 2**32)")

@@ -92,6 +92,32 @@ def resample_count(text: str) -> int:
     return value
 
 
+def count_up_to(most: int):
+    """An argparse type for a count of work (problems, samples, steps, repeats): an integer from
+    1 to ``most``. A mistyped 10**12 was accepted and ran until killed; each caller's bound says
+    why it is far past any real use."""
+
+    def count(text: str) -> int:
+        value = positive_int(text)
+        if value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most:,} (got {value:,})")
+        return value
+
+    count.__name__ = "count"  # argparse names the type in its own messages
+    return count
+
+
+# ours, each far past real use: an eval split of the shipped tasks holds at most a few thousand
+# problems (the chain's 300); the board samples 4 a problem and pass@k reads up to 64
+MAX_EVAL_PROBLEMS = 100_000
+MAX_EVAL_SAMPLES = 1_024
+# ours: 256 times the default 256 continuations a state, which already give a value to +-0.03
+MAX_VALUE_SAMPLES = 65_536
+MAX_REPEATS = 1_000  # ours: perf's median of 3 steps; 1,000 steps is hours of a slow method
+MAX_SFT_STEPS = 1_000_000  # ours: 667 times the recipe's 1,500 SFT steps
+MAX_OPTIMIZER_STEPS = 1_000_000  # ours: 2,000 times a paper recipe's few hundred steps
+
+
 def not_a_regular_file(path: str | Path) -> str | None:
     """Why ``path`` cannot be read or written as a plain file (a FIFO, a socket, a device, on
     which an open blocks or means something else), or None: it is absent, a regular file, or a

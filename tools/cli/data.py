@@ -6,7 +6,12 @@ import argparse
 import random
 
 from creditbench.harness.tasks.base import STEP_CHECK, TEACHER, capabilities_of
-from creditbench.tools.cli.common import positive_int, seed_value, usage_error
+from creditbench.tools.cli.common import (
+    MAX_EVAL_PROBLEMS,
+    count_up_to,
+    seed_value,
+    usage_error,
+)
 
 
 def _option(text: str) -> tuple[str, object]:
@@ -26,7 +31,9 @@ def add_data_commands(subparsers) -> None:
     p.set_defaults(func=_cmd_list)
     p = sub.add_parser("show", help="print a few problems of a task")
     p.add_argument("task", help="a task name (see 'creditbench data list')")
-    p.add_argument("--n", type=positive_int, default=3, help="how many problems (default 3)")
+    p.add_argument(
+        "--n", type=count_up_to(MAX_EVAL_PROBLEMS), default=3, help="how many problems (default 3)"
+    )
     p.add_argument("--split", default="eval", help="train or eval (real data: test = eval)")
     p.add_argument("--seed", type=seed_value, default=0, help="picks the problems and the samples")
     p.add_argument(

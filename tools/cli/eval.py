@@ -11,6 +11,9 @@ import json
 from pathlib import Path
 
 from creditbench.tools.cli.common import (
+    MAX_EVAL_PROBLEMS,
+    MAX_EVAL_SAMPLES,
+    count_up_to,
     positive_int,
     quiet_transformers,
     seed_value,
@@ -127,8 +130,12 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--model", help="any Hugging Face causal LM directory")
     p.add_argument("--task", help="default: the run's task (with --checkpoint), else chain")
     p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--n", type=positive_int, help="eval problems")
-    p.add_argument("--k", type=positive_int, help="samples per problem for the sampled accuracy")
+    p.add_argument("--n", type=count_up_to(MAX_EVAL_PROBLEMS), help="eval problems")
+    p.add_argument(
+        "--k",
+        type=count_up_to(MAX_EVAL_SAMPLES),
+        help="samples per problem for the sampled accuracy",
+    )
     p.add_argument("--temperature", type=float)
     p.add_argument(
         "--max-new-tokens",

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 
 from creditbench.tools.cli.common import (
+    MAX_REPEATS,
     add_set_option,
-    positive_int,
+    count_up_to,
     quiet_transformers,
     set_threads,
     thread_count,
@@ -60,7 +61,9 @@ def add_perf_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", help="a YAML run config (default: the defaults)")
     add_set_option(p)
-    p.add_argument("--repeats", type=positive_int, default=3, help="steps per median (default 3)")
+    p.add_argument(
+        "--repeats", type=count_up_to(MAX_REPEATS), default=3, help="steps per median (default 3)"
+    )
     p.add_argument(
         "--methods", nargs="*", help="methods to time one step of (default: all; none: skip)"
     )

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-from creditbench.tools.cli.common import positive_int, resample_count, usage_error, worker_count
+from creditbench.tools.cli.common import (
+    MAX_OPTIMIZER_STEPS,
+    count_up_to,
+    positive_int,
+    resample_count,
+    usage_error,
+    worker_count,
+)
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
@@ -75,7 +82,9 @@ def add_reproduce_commands(subparsers) -> None:
         "planned for this many minutes",
     )
     p.add_argument("--budget", type=float, help="FLOPs per run, instead of the planned budget")
-    p.add_argument("--steps", type=positive_int, help="paper: optimizer steps per run")
+    p.add_argument(
+        "--steps", type=count_up_to(MAX_OPTIMIZER_STEPS), help="paper: optimizer steps per run"
+    )
     p.add_argument("--n-eval", type=positive_int, help="evaluation problems (eval.n_problems)")
     p.add_argument(
         "--workers",

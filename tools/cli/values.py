@@ -9,7 +9,9 @@ import argparse
 from pathlib import Path
 
 from creditbench.tools.cli.common import (
+    MAX_VALUE_SAMPLES,
     add_set_option,
+    count_up_to,
     not_a_regular_file,
     positive_int,
     quiet_transformers,
@@ -67,7 +69,12 @@ def add_values_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--states", type=positive_int, default=120, help="states per batch (default 120)"
     )
-    p.add_argument("--samples", type=positive_int, default=256, help="continuations a state (256)")
+    p.add_argument(
+        "--samples",
+        type=count_up_to(MAX_VALUE_SAMPLES),
+        default=256,
+        help="continuations a state (256)",
+    )
     p.add_argument("--out", help="write one CSV row per state here")
     p.add_argument(
         "--checkpoint",

@@ -55,7 +55,8 @@ folders holding the same run (same method, method options, task, options, settin
 the one whose relative path sorts first, with a warning naming both. Between sources the first
 given wins: a record in a committed ``runs.csv`` listed first is kept over a re-run of it.
 
-Which runs a suite promised, beside those that finished, is :mod:`.suite_manifests`.
+How one run's records are read and checked is :mod:`.run_records`; which runs a suite
+promised, beside those that finished, is :mod:`.suite_manifests`.
 """
 
 from __future__ import annotations
@@ -63,10 +64,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import pandas as pd
 
@@ -76,22 +76,17 @@ from creditbench.harness.records.files import (
     budget_auc,
     find_runs,
     is_run_archive,
-    read_finished_metrics,
-    read_record_bytes,
-    read_run_config,
     run_name,
     spent_fraction,
 )
 
 from .records import (
-    ACCURACIES,
-    MAX_SPENT,
     NOT_A_SETTING,
     SAMPLES_EVAL,
-    out_of_range,
     read_records,
     run_record,
 )
+from .run_records import RunRecords, finite, read_environment, read_run
 
 # Fields that change no step of a run and so do not split a setting (its digest still tells the
 # configs apart): the counts of trained responses it is also evaluated at, which runs of one
@@ -132,173 +127,12 @@ def options_key(options: dict[str, Any] | None) -> str:
     return ",".join(f"{key}={json.loads(value)}" for key, value in sorted(flat.items()))
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _environment(run: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(read_record_bytes(run / "environment.json"))
-    except DamagedRunError:
-        raise
-    except (OSError, ValueError):
-        return {}  # a run without its environment has no provenance, and is still a result
-    return data if isinstance(data, dict) else {}
-
-
-def _run_seconds(summary: dict, records: list[dict]) -> dict[str, float]:
-    """The run's wall time (``summary.json``) and its evaluations' share of it (the eval
-    records' own times), what ``bench --dry-run`` plans a campaign from; and the median time of
-    its training steps (``step_seconds``, evaluations left out), the board's cost of a step:
-    a run paused or resumed part-way (a machine shared with other jobs) changes its wall time
-    but only the few steps the pause fell in; and the pace of its evaluations
-    (``eval_token_seconds``), the same work in every run of a setting, which the board divides
-    the step by to take out the load the run met. Each where recorded."""
-    seconds = {}
-    wall: Any = (summary.get("time") or {}).get("wall_seconds")
-    if _finite(wall):
-        seconds["wall_seconds"] = float(wall)
-    evals: list[Any] = [
-        (r.get("time") or {}).get("eval") for r in records if isinstance(r.get("eval"), dict)
-    ]
-    if evals and all(_finite(t) for t in evals):
-        seconds["eval_seconds"] = float(sum(evals))
-        # the machine's pace while the run ran: each evaluation's seconds over its samples' mean
-        # length (the same problems and samples at every point of every run of a setting), the
-        # median over the run's evaluations, so one paused evaluation moves it little
-        lengths: list[Any] = [
-            r["eval"].get("mean_length") for r in records if isinstance(r.get("eval"), dict)
-        ]
-        if all(_finite(n) and float(n) > 0 for n in lengths):
-            paces = [float(t) / float(n) for t, n in zip(evals, lengths, strict=True)]
-            seconds["eval_token_seconds"] = float(statistics.median(paces))
-    recorded: list[Any] = [(r.get("time") or {}).get("step") for r in records if "eval" not in r]
-    steps = [float(t) for t in recorded if _finite(t)]
-    if steps:
-        seconds["step_seconds"] = float(statistics.median(steps))
-    return seconds
-
-
-class RunRecords(NamedTuple):
-    """What a finished run's records give the table."""
-
-    config: dict[str, Any]
-    evals: list[dict]  # the evaluations at budget fractions, in order
-    sample_evals: list[dict]  # the evaluations at counts of trained responses, in order
-    steps: list[dict]  # the step records
-    seconds: dict[str, float]
-
-
-def _read_run(run: Path) -> RunRecords:
-    """A finished run's :class:`RunRecords`; RunFormatError says why not."""
-    config = read_run_config(run / "config.yaml")
-    try:
-        summary = json.loads(read_record_bytes(run / "summary.json"))
-    except FileNotFoundError:
-        raise RunFormatError("unfinished (no summary.json)") from None
-    except (OSError, ValueError) as err:
-        raise RunFormatError(f"corrupt summary.json ({err})") from None
-    if not isinstance(summary, dict):
-        raise RunFormatError("corrupt summary.json (not a JSON object)")
-    status = summary.get("status")
-    if status != "finished":
-        detail = f": {summary['error']}" if summary.get("error") else ""
-        raise RunFormatError(f"not finished (status {status!r}{detail})")
-    for key in ("method", "task", "seed"):
-        if key in summary and summary[key] != config.get(key):
-            raise RunFormatError(
-                f"corrupt: summary.json {key}={summary[key]!r} but config.yaml "
-                f"says {config.get(key)!r}"
-            )
-    if not isinstance(config.get("method"), str) or not isinstance(config.get("seed"), int):
-        raise RunFormatError("corrupt config.yaml (no method name or integer seed)")
-    if (problem := out_of_range("seed", config["seed"])) is not None:
-        raise DamagedRunError(f"{run / 'config.yaml'}: {problem}; repair or remove the run")
-    try:
-        numbered = read_finished_metrics(run / "metrics.jsonl")
-        for number, record in numbered:
-            if isinstance(record.get("eval"), dict):
-                _check_eval_numbers(record["eval"], f"{run / 'metrics.jsonl'}:{number}")
-    except DamagedRunError:
-        raise
-    except RunFormatError as err:  # the harness never writes such a line: damage, or an edit
-        raise DamagedRunError(f"{err}; repair or remove the run") from None
-    records = [record for _, record in numbered]
-    by_fraction: dict[float, dict] = {}
-    by_count: dict[int, dict] = {}
-    steps = []
-    for record in records:
-        entry = record.get("eval")
-        if not isinstance(entry, dict):
-            steps.append(record)
-        elif _finite(entry.get("fraction")):
-            by_fraction[min(float(entry["fraction"]), 1.0)] = entry  # a repeat: the later one
-        elif _count(entry.get("responses")):
-            by_count[int(entry["responses"])] = entry
-        else:
-            raise RunFormatError(
-                f"corrupt eval record at step {record.get('step')}: neither a fraction of the "
-                "budget nor a count of trained responses"
-            )
-    if not by_fraction:
-        raise RunFormatError("finished but metrics.jsonl holds no evaluation")
-    evals = [dict(by_fraction[f], fraction=f) for f in sorted(by_fraction)]
-    _check_final_evaluation(run, summary, evals[-1])
-    if spent_fraction(evals[-1]) < 1.0:
-        raise RunFormatError(
-            f"its evaluations end at {spent_fraction(evals[-1]):.3g} of the budget, short of "
-            "its end: no AUC over the whole budget"
-        )
-    counted = [by_count[n] for n in sorted(by_count)]
-    return RunRecords(config, evals, counted, steps, _run_seconds(summary, records))
-
-
-# an evaluation's numbers and their ranges (records.RANGES): in metrics.jsonl "fraction" is the
-# scheduled share of the budget and "budget_fraction" the share spent
-EVAL_RANGES = {
-    **{metric: (0.0, 1.0) for metric in ACCURACIES},
-    "fraction": (0.0, 1.0),
-    "budget_fraction": (0.0, MAX_SPENT),
-    "mean_length": (0.0, math.inf),
-}
-
-
-def _check_eval_numbers(entry: dict[str, Any], where: str) -> None:
-    """``RunFormatError`` naming ``where`` (the file and line) for a number of an evaluation
-    that no run records: an accuracy of NaN, -5 or 1e308, a budget share of 1e308."""
-    for key in EVAL_RANGES:
-        if entry.get(key) is not None:
-            problem = out_of_range(key, entry[key], EVAL_RANGES)
-            if problem is not None:
-                raise RunFormatError(f"{where}: {problem}")
-
-
-def _check_final_evaluation(run: Path, summary: dict[str, Any], last: dict[str, Any]) -> None:
-    """``DamagedRunError`` when the last evaluation of ``metrics.jsonl`` is not the one
-    ``summary.json`` records as the run's final one: the file lost its last lines (a copy cut
-    at a line's end), and reading it would put an earlier accuracy in the run's place."""
-    final = summary.get("final_eval")
-    if not isinstance(final, dict):
-        return  # a summary written without it
-    if final.get("step") != last.get("step") or final.get("fraction") != last.get("fraction"):
-        raise DamagedRunError(
-            f"{run / 'metrics.jsonl'}: ends before the final evaluation summary.json records "
-            f"(step {final.get('step')}, fraction {final.get('fraction')}): its last lines are "
-            "lost; repair or remove the run"
-        )
-
-
-def _count(value: Any) -> bool:
-    """Whether ``value`` is a count of trained responses an evaluation was placed at."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
 def trained_responses(steps: list[dict]):
     """``step -> responses trained on in steps 1..step`` from the step records' ``responses``."""
     counts = sorted(
         (int(r["step"]), float(r["responses"]))
         for r in steps
-        if isinstance(r.get("step"), int) and _finite(r.get("responses"))
+        if isinstance(r.get("step"), int) and finite(r.get("responses"))
     )
 
     def upto(step: int) -> float:
@@ -318,7 +152,7 @@ def _run_rows(rel: str, records: RunRecords) -> list[dict]:
     }
     metric = (
         "sampled_accuracy"
-        if all(_finite(e.get("sampled_accuracy")) for e in evals)
+        if all(finite(e.get("sampled_accuracy")) for e in evals)
         else "greedy_accuracy"
     )
     rows = []
@@ -333,7 +167,7 @@ def _run_rows(rel: str, records: RunRecords) -> list[dict]:
             "step": step,
             "responses_trained": trained(step) if isinstance(step, int) else math.nan,
         }
-        row.update({k: entry[k] for k in EVAL_METRICS if _finite(entry.get(k))})
+        row.update({k: entry[k] for k in EVAL_METRICS if finite(entry.get(k))})
         rows.append(row)
     for entry in records.sample_evals:
         step = entry.get("step")
@@ -344,34 +178,32 @@ def _run_rows(rel: str, records: RunRecords) -> list[dict]:
             "step": step,
             "responses_trained": trained(step) if isinstance(step, int) else math.nan,
         }
-        row.update({k: entry[k] for k in EVAL_METRICS if _finite(entry.get(k))})
+        row.update({k: entry[k] for k in EVAL_METRICS if finite(entry.get(k))})
         rows.append(row)
     run_row: dict[str, Any] = {**base, "kind": "run", "accuracy_metric": metric}
     for name in ("sampled_accuracy", "greedy_accuracy"):
-        if all(_finite(e.get(name)) for e in evals):
+        if all(finite(e.get(name)) for e in evals):
             run_row[f"final_{name}"] = float(evals[-1][name])
             run_row[f"auc_{name}"] = budget_auc(evals, name)
     run_row["final_accuracy"] = run_row.get(f"final_{metric}", math.nan)
     first = evals[0]
     run_row["start_accuracy"] = (
-        float(first[metric])
-        if first["fraction"] == 0.0 and _finite(first.get(metric))
-        else math.nan
+        float(first[metric]) if first["fraction"] == 0.0 and finite(first.get(metric)) else math.nan
     )
     run_row["auc"] = run_row.get(f"auc_{metric}", math.nan)
     run_row["steps"] = max((r["step"] for r in steps if isinstance(r.get("step"), int)), default=0)
     run_row.update(records.seconds)
-    flops = [float(r["flops"]) for r in steps if _finite(r.get("flops"))]
+    flops = [float(r["flops"]) for r in steps if finite(r.get("flops"))]
     if flops:
         run_row["flops_total"] = max(flops)  # the meter's count, cumulative over the run
     for key in RUN_TOTALS:
-        counts = [float(r[key]) for r in steps if _finite(r.get(key))]
+        counts = [float(r[key]) for r in steps if finite(r.get(key))]
         if counts:
             run_row[key] = max(counts)
     values: dict[str, list[float]] = {}
     for record in steps:
         for key, value in record.items():
-            if key not in NOT_A_DIAGNOSTIC and key not in RUN_TOTALS and _finite(value):
+            if key not in NOT_A_DIAGNOSTIC and key not in RUN_TOTALS and finite(value):
                 values.setdefault(key, []).append(float(value))
     for key, series in values.items():
         run_row[key] = sum(series) / len(series)
@@ -435,7 +267,7 @@ def _read_folder(root: Path) -> tuple[dict[str, tuple], list[str]]:
     for path in paths:
         rel = path.with_name(run_name(path)).relative_to(root).as_posix() if path != root else "."
         try:
-            records = _read_run(path)
+            records = read_run(path)
         except DamagedRunError:
             raise  # a finished run that cannot be read would leave its seed out unseen
         except RunFormatError as err:
@@ -446,7 +278,7 @@ def _read_folder(root: Path) -> tuple[dict[str, tuple], list[str]]:
         except (OSError, ValueError, TypeError, KeyError) as err:
             warnings.append(f"{rel}: skipped: corrupt ({type(err).__name__}: {err})")
             continue
-        read[rel] = (records.config, _environment(path), _run_rows(rel, records))
+        read[rel] = (records.config, read_environment(path), _run_rows(rel, records))
     return read, warnings
 
 

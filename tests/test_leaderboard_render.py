@@ -354,7 +354,7 @@ def test_the_length_series_skips_groups_without_the_option():
 
 
 def test_markdown_shows_a_contributed_label_as_text_never_as_html():
-    from creditbench.leaderboard.report import to_markdown
+    from creditbench.leaderboard.blocks import to_markdown
 
     label = "<script>alert(1)</script>"
     text = to_markdown(

@@ -125,14 +125,22 @@ def committed_runs():
     return runs[runs["kind"] == "run"]
 
 
+# Every folder of committed runs the board or its rules read: the board, the claims' own rows,
+# the tuning runs (whose stages may come from different commits, each read with this code's
+# fixtures: docs/testbed.md, "The tuning rule") and OTB's ablation rows
+RECORD_FOLDERS = tuple(
+    ROOT / "docs" / "results" / name for name in ("standard", "claims-rows", "tuning", "ablations")
+)
+
+
 def registered_method_commits() -> set[tuple[str, str]]:
-    """``(registered method, commit)`` of every committed run: the board's and the claims' own
-    rows (a claims row such as ``oppo_teacher`` runs a registered method with options, which
-    its config, recorded in ``runs.csv``, names)."""
+    """``(registered method, commit)`` of every committed run of :data:`RECORD_FOLDERS` (a
+    variant such as ``oppo_teacher`` or ``gspo_stage2_1`` runs a registered method with options,
+    which its config, recorded in ``runs.csv``, names)."""
     import pandas as pd
 
     pairs = set()
-    for folder in (STANDARD, ROOT / "docs" / "results" / "claims-rows"):
+    for folder in RECORD_FOLDERS:
         if not (folder / "runs.csv").is_file():
             continue
         runs = pd.read_csv(folder / "runs.csv", dtype={"commit": str})

@@ -21,7 +21,6 @@ worlds' rows are written by hand, from their world pages' diagnostics.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ import pandas as pd
 from creditbench.harness.records.files import atomic_write_text
 from creditbench.leaderboard.headline import setting_rows
 from creditbench.leaderboard.stats import t_interval
+from creditbench.tools.new_method import BACKTICKED, registered_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ROOT / "docs" / "methods"
@@ -39,8 +39,6 @@ SECTION = "## Where the mechanism acts"
 HEADER = ["world · setting", "what it has to act on", "diagnostic", "measured"]
 WORLDS = ("chain · hard", "chain · easy", "countdown", "ledger")
 CHAIN_SETTINGS = {"chain · hard": "hard", "chain · easy": "easy"}  # row -> the suite's label
-REGISTERED = re.compile(r"^\s*[-*]\s+Registered names?:(.*)$", re.MULTILINE)
-BACKTICKED = re.compile(r"`([^`]+)`")
 
 
 @dataclass
@@ -50,11 +48,6 @@ class Row:
     diagnostic: str
     measured: str
     line: int  # 0-based line of the page
-
-
-def registered_names(text: str) -> list[str]:
-    """The method names of a page's "Registered name(s):" lines, in backticks."""
-    return [name for line in REGISTERED.findall(text) for name in BACKTICKED.findall(line)]
 
 
 def section_rows(text: str) -> list[Row] | None:

@@ -42,12 +42,11 @@ from pathlib import Path
 import pytest
 
 from creditbench.methods.registry import list_methods, method_origin
+from creditbench.tools.new_method import BACKTICKED, registered_names
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "methods"
 SECTION = "## Config fields"
 HEADER = ["field", "default", "source"]
-REGISTERED = re.compile(r"^\s*[-*]\s+Registered names?:(.*)$", re.MULTILINE)
-BACKTICKED = re.compile(r"`([^`]+)`")
 FIELD_CELL = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 CITATION = re.compile(
@@ -73,11 +72,6 @@ class Row:
 class Table:
     heading: str | None  # the ``###`` sub-heading above it, None before any
     rows: list[Row] = field(default_factory=list)
-
-
-def registered_names(text: str) -> list[str]:
-    """The method names a page's "Registered name(s):" lines list in backticks."""
-    return [name for line in REGISTERED.findall(text) for name in BACKTICKED.findall(line)]
 
 
 def split_cells(line: str) -> list[str]:

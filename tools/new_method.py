@@ -32,6 +32,16 @@ REPRODUCING_PAGE = "docs/reproducing.md"
 CAMPAIGN = "tools/campaigns/standard.yaml"
 TUNING_CAMPAIGN = "tools/campaigns/tuning.yaml"  # the tuning rule's stage 1 runs every method
 FIXTURE_MAKER = "tests/replay_fixtures/make_replay_fixtures.py"
+# A method's page is the page whose Quick facts line "Registered name(s):" lists its name in
+# backticks, as the template writes it (docs/contributing.md); the docs tests and the scripts
+# that rewrite method pages find a page's methods with registered_names
+REGISTERED = re.compile(r"^\s*[-*]\s+Registered names?:(.*)$", re.MULTILINE)
+BACKTICKED = re.compile(r"`([^`]+)`")
+
+
+def registered_names(text: str) -> list[str]:
+    """The method names of a page's "Registered name(s):" lines, in backticks."""
+    return [name for line in REGISTERED.findall(text) for name in BACKTICKED.findall(line)]
 
 
 class NewMethodError(ValueError):

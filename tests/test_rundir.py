@@ -288,6 +288,38 @@ def test_a_broken_checkpoint_file_is_named_in_one_line(tmp_path, tiny_model, bro
     assert message.startswith(f"{path / broken}: cannot read checkpoint (") and "\n" not in message
 
 
+@pytest.mark.parametrize("planted", ["trainer_state.json", "optimizer.pt", "model.safetensors"])
+def test_a_fifo_in_a_checkpoint_is_refused_not_waited_on(tmp_path, tiny_model, planted):
+    """A FIFO in place of a checkpoint's file (a shared results folder): a resume opened it and
+    waited for a writer, forever. Now the load names it, before reading anything."""
+    import os
+    import threading
+
+    run = RunDir(tmp_path)
+    path = run.save_checkpoint(
+        3, model=tiny_model, tokenizer=None, optimizer_state={}, trainer_state={"step": 3}
+    )
+    (path / planted).unlink()
+    os.mkfifo(path / planted)
+    raised = []
+
+    def load():
+        try:
+            run.load_checkpoint(path)
+        except RunDirError as err:
+            raised.append(str(err))
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():  # blocked in open(): give it its writer, then fail
+        fd = os.open(path / planted, os.O_RDWR | os.O_NONBLOCK)
+        worker.join(60)
+        os.close(fd)
+        pytest.fail(f"load_checkpoint waited on {planted}")
+    assert raised == [f"{path / planted}: not a regular file, which no checkpoint holds"]
+
+
 def save(run, step, model):
     return run.save_checkpoint(
         step, model=model, tokenizer=None, optimizer_state={}, trainer_state={"step": step}

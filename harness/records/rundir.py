@@ -33,6 +33,7 @@ import pickle
 import re
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -479,6 +480,10 @@ class RunDir:
         match = _CHECKPOINT_NAME.fullmatch(path.name)
         if not match or not (path / COMPLETE_MARKER).is_file():
             raise RunDirError(f"{path}: not a complete checkpoint")
+        for file in path.rglob("*"):  # a FIFO planted in a shared folder: reading it waits forever
+            mode = file.lstat().st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise RunDirError(f"{file}: not a regular file, which no checkpoint holds")
         trainer_file = path / "trainer_state.json"
         try:
             trainer_state = json.loads(trainer_file.read_text(encoding="utf-8"))

@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+import yaml
 
 from creditbench.tools.campaign.tuning import (
     Config,
@@ -246,3 +247,25 @@ def test_the_ablation_rows_run_at_otbs_choice_each_with_its_rungs_change(tmp_pat
     assert "zero_tail" not in norm.method_options
     assert uniform.method == "otb" and uniform.method_options["weighting"] == "uniform"
     assert uniform.method_options["zero_tail"] is False
+
+
+def test_stage_twos_plan_pins_every_configuration_and_loads_as_a_campaign(tmp_path):
+    from creditbench.tools.campaign.plan import load_plan
+    from creditbench.tools.campaign.tuning import stage2_plan
+    from creditbench.tools.campaign.worktrees import resolve_commit
+    from creditbench.tools.suite import load_suite, suite_path
+
+    configs = [Config("gspo", 5e-5, (("eps_high", 1.33e-3), ("eps_low", 1e-3))),
+               Config("grpo", 2.812e-5), Config("grpo", 8.891e-5)]  # fmt: skip
+    suite = stage2_suite(load_suite(suite_path("tuning")), configs)
+    suite_file = tmp_path / "tuning-stage2.yaml"
+    suite_file.write_text(yaml.safe_dump(suite, sort_keys=False))
+    head = resolve_commit("HEAD")
+    plan_file = tmp_path / "tuning-stage2-plan.yaml"
+    plan_file.write_text(stage2_plan(str(suite_file), suite, "docs/results/tuning", head))
+    plan = load_plan(plan_file)  # the campaign's own loader and its checks
+    assert plan.pins == {head: ("gspo_stage2_1", "grpo_stage2_1", "grpo_stage2_2")}
+    assert [(phase.setting, phase.seeds) for phase in plan.phases] == [("hard", (22, 23))]
+    assert plan.board.as_posix().endswith("docs/results/tuning")
+    assert plan.pages["tuning"].as_posix().endswith("docs/results/tuning/tuning.md")
+    assert len(plan.runs_of(plan.phases[0], plan.pins[head])) == 6  # 3 configurations x 2 seeds

@@ -1,6 +1,7 @@
 """The tuning rule's choices, made from the records (docs/testbed.md, "The tuning rule").
 
     python -m creditbench.tools.campaign.tuning stage2 RECORDS --out tools/suites/tuning-stage2.yaml
+        [--plan tools/campaigns/tuning-stage2.yaml --pin COMMIT]
     python -m creditbench.tools.campaign.tuning table RECORDS --out RECORDS/tuning.md
     python -m creditbench.tools.campaign.tuning tuned RECORDS --out tools/suites/standard-tuned.yaml
         [--ablations tools/suites/otb-ablation.yaml]
@@ -304,6 +305,34 @@ def stage2_suite(stage1_suite: dict[str, Any], configs: list[Config]) -> dict[st
     return suite
 
 
+def stage2_plan(suite_file: str, suite: dict[str, Any], records: str, commit: str) -> str:
+    """Stage 2's campaign plan (docs/campaign.md): every configuration of ``suite`` (written to
+    ``suite_file``, relative to the repository) pinned to ``commit``, on the tuning seeds in
+    the hard setting, its runs kept in ``records`` beside stage 1's, whose tuning table its sync
+    renders again."""
+    import yaml
+
+    names = [entry["name"] for entry in suite["methods"]]
+    plan = {
+        "description": (
+            f"Stage 2 of the tuning rule (docs/testbed.md): two configurations a method at its "
+            f"stage-1 lr, hard setting, tuning seeds {TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]} "
+            f"({len(names) * len(TUNING_SEEDS)} runs), from one clean commit later than stage "
+            "1's (the rule's note on stage 2)."
+        ),
+        "suite": suite_file,
+        "records": {"board": records},
+        "pages": {"tuning": f"{records}/tuning.md"},
+        "pins": {commit: names},
+        "phases": [{"setting": "hard", "seeds": f"{TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]}"}],
+    }
+    head = (
+        "# The tuning rule's stage 2, written with its suite by tools/campaign/tuning.py from "
+        "stage 1's records:\n# `creditbench campaign tuning-stage2 --dry-run`.\n"
+    )
+    return head + yaml.safe_dump(plan, sort_keys=False, width=100)
+
+
 def tuning_table(
     aucs: dict[Config, list[float]],
     methods: list[str],
@@ -383,7 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ablations", help="with tuned: also write OTB's ablation rows' suite to this path"
     )
+    parser.add_argument("--plan", help="with stage2: also write its campaign plan to this path")
+    parser.add_argument("--pin", help="with --plan: the clean commit stage 2 runs from")
     args = parser.parse_args(argv)
+    if args.plan and (args.action != "stage2" or not args.pin):
+        parser.error("--plan: with stage2 and --pin COMMIT only")
     stage1_suite = load_suite(suite_path("tuning"))
     table, _ = collect_runs([args.records])
     aucs = read_aucs(table, today_options(stage1_suite))
@@ -418,6 +451,26 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c for m in methods for c in stage2_configs(m, chosen[m], aucs)]
     suite = stage2_suite(stage1_suite, configs)
     atomic_write_text(args.out, yaml.safe_dump(suite, sort_keys=False))
+    if args.plan:
+        from pathlib import Path
+
+        from creditbench.tools.campaign.worktrees import REPOSITORY, CheckoutError, resolve_commit
+
+        inside = {
+            flag: Path(value).resolve()
+            for flag, value in (("--out", args.out), ("RECORDS", args.records))
+        }
+        outside = [flag for flag, path in inside.items() if not path.is_relative_to(REPOSITORY)]
+        if outside:  # a plan reads its paths from the repository's root
+            print(f"tuning: {outside[0]} lies outside the repository", file=sys.stderr)
+            return 2
+        try:
+            commit = resolve_commit(args.pin)
+        except CheckoutError as err:
+            print(f"tuning: --pin: {err}", file=sys.stderr)
+            return 2
+        suite_file, records = (inside[f].relative_to(REPOSITORY).as_posix() for f in inside)
+        atomic_write_text(args.plan, stage2_plan(suite_file, suite, records, commit))
     return 0
 
 

@@ -323,7 +323,12 @@ def test_the_standard_plans_sync_renders_otbs_ablation_block(monkeypatch) -> Non
     {ablation: ...}`), after the board it reads, so a re-run board cannot leave it stale."""
 
     commands = render_commands(monkeypatch, load_plan(plan_path("standard")))
-    scripts = [c[1] for c in commands]
-    ablation = [c for c in commands if c[1].endswith("ablation_lines.py")]
-    assert len(ablation) == 1 and ablation[0][2:] == ["--page", "docs/methods/otb.md"]
-    assert scripts.index(ablation[0][1]) > 0  # after the board's own render
+    rendered = [" ".join(c[1:4]) for c in commands]
+    ablation = [i for i, c in enumerate(commands) if c[1].endswith("ablation_lines.py")]
+    assert len(ablation) == 1
+    # the ladder's ends are this board's GRPO and OTB, read from the runs.csv just rendered
+    assert commands[ablation[0]][2:] == [
+        "--board", "docs/results/standard/runs.csv", "--page", "docs/methods/otb.md"
+    ]  # fmt: skip
+    board = rendered.index("-m creditbench.tools.cli.main leaderboard")
+    assert board < ablation[0]

@@ -13,7 +13,7 @@ pages that read them rendered again.
    the claims page (``creditbench claims``) and the home page's headline
    (``scripts/home_headline.py --explain``), the method pages' "Where the mechanism acts"
    rows (``scripts/mechanism_lines.py``), OTB's ablation block (``scripts/ablation_lines.py``,
-   from the repository's board and ablation records) and the tuning rule's table
+   from this board and the repository's ablation records) and the tuning rule's table
    (``tools/campaign/tuning.py``), each where the plan's ``pages`` asks for it.
 
 Every file is written whole or not at all (atomically), so a sync killed half-way is run again.
@@ -140,7 +140,8 @@ def _render(plan: Plan) -> None:
         script = plan.repo / "scripts" / "mechanism_lines.py"
         run(script, "--records", tables[0], "--pages", plan.pages["methods"])
     if "ablation" in plan.pages:  # OTB's rungs (docs/testbed.md, "OTB's ablation rows")
-        run(plan.repo / "scripts" / "ablation_lines.py", "--page", plan.pages["ablation"])
+        script = plan.repo / "scripts" / "ablation_lines.py"
+        run(script, "--board", tables[0], "--page", plan.pages["ablation"])
     if "tuning" in plan.pages:  # the tuning rule's table (docs/testbed.md, "The tuning rule")
         table = ("-m", "creditbench.tools.campaign.tuning", "table", plan.board)
         run(*table, "--out", plan.pages["tuning"])

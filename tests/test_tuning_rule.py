@@ -244,7 +244,9 @@ def test_the_ablation_rows_run_at_otbs_choice_each_with_its_rungs_change(tmp_pat
     norm, uniform = runs["otb_norm"][0], runs["otb_uniform"][0]
     assert norm.method == "drgrpo" and norm.method_options["aggregation"] == "token-mean"
     # a rung of another method does not take OTB's options; OTB's own rung keeps them
-    assert "zero_tail" not in norm.method_options
+    entries = {entry["name"]: entry for entry in suite["methods"]}
+    assert entries["otb_norm"]["options"] == {"aggregation": "token-mean"}
+    assert entries["otb_uniform"]["options"] == {"weighting": "uniform", "zero_tail": False}
     assert uniform.method == "otb" and uniform.method_options["weighting"] == "uniform"
     assert uniform.method_options["zero_tail"] is False
 
@@ -269,3 +271,31 @@ def test_stage_twos_plan_pins_every_configuration_and_loads_as_a_campaign(tmp_pa
     assert plan.board.as_posix().endswith("docs/results/tuning")
     assert plan.pages["tuning"].as_posix().endswith("docs/results/tuning/tuning.md")
     assert len(plan.runs_of(plan.phases[0], plan.pins[head])) == 6  # 3 configurations x 2 seeds
+
+
+def test_stage_twos_plan_arguments_are_checked_before_anything_is_written(tmp_path, capsys):
+    from creditbench.tools.campaign.tuning import main
+    from creditbench.tools.campaign.worktrees import REPOSITORY
+
+    inside = REPOSITORY / "tools" / "suites" / "not-written-by-this-test.yaml"
+    plan = tmp_path / "plan.yaml"
+    records = str(REPOSITORY / "docs" / "results" / "tuning")
+    for argv, said in (
+        ([records, "--out", str(tmp_path / "s.yaml"), "--pin", "HEAD"], "--out: "),
+        ([records, "--out", str(inside), "--pin", "no-such-commit"], "--pin: commit"),
+    ):
+        argv = ["stage2", *argv, "--plan", str(plan)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"tuning: {said}") and len(err.splitlines()) == 1, err
+    assert not inside.exists() and not plan.exists() and not (tmp_path / "s.yaml").exists()
+    # flags that belong to another action, or --pin without --plan: argparse's exit 2
+    for argv in (
+        ["table", records, "--out", str(tmp_path / "t.md"), "--ablations", str(tmp_path / "a")],
+        ["stage2", records, "--out", str(tmp_path / "s.yaml"), "--pin", "HEAD"],
+        ["tuned", records, "--out", str(tmp_path / "s.yaml"), "--plan", str(plan), "--pin", "HEAD"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+    assert not any(tmp_path.iterdir())

@@ -294,8 +294,9 @@ def stage2_suite(stage1_suite: dict[str, Any], configs: list[Config]) -> dict[st
     options and its lr), the references' among them."""
     suite = {k: v for k, v in stage1_suite.items() if k not in ("grid", "methods", "references")}
     suite["description"] = (
-        "Stage 2 of the tuning rule (docs/testbed.md): two configurations a method at its "
-        "stage-1 lr, written from stage 1's records by tools/campaign/tuning.py."
+        "Stage 2 of the tuning rule (docs/testbed.md): two more configurations a method (a "
+        "scale-tied knob's two alternatives at its stage-1 lr, or that lr a quarter-decade "
+        "either side), written from stage 1's records by tools/campaign/tuning.py."
     )
     variants: list[dict[str, Any]] = []
     for config in configs:
@@ -315,8 +316,9 @@ def stage2_plan(suite_file: str, suite: dict[str, Any], records: str, commit: st
     names = [entry["name"] for entry in suite["methods"]]
     plan = {
         "description": (
-            f"Stage 2 of the tuning rule (docs/testbed.md): two configurations a method at its "
-            f"stage-1 lr, hard setting, tuning seeds {TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]} "
+            f"Stage 2 of the tuning rule (docs/testbed.md): two more configurations a method (a "
+            f"scale-tied knob's two alternatives at its stage-1 lr, or that lr a quarter-decade "
+            f"either side), hard setting, tuning seeds {TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]} "
             f"({len(names) * len(TUNING_SEEDS)} runs), from one clean commit later than stage "
             "1's (the rule's note on stage 2)."
         ),
@@ -398,6 +400,27 @@ def today_options(suite: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def plan_paths(out: str, records: str, pin: str) -> tuple[str, str, str]:
+    """``(suite file, records folder, commit)`` as stage 2's plan names them: the two paths
+    relative to the repository (a plan reads its paths from its root), the commit's full id;
+    ValueError naming the argument that cannot be."""
+    from pathlib import Path
+
+    from creditbench.tools.campaign.worktrees import REPOSITORY, CheckoutError, resolve_commit
+
+    named = {}
+    for flag, value in (("--out", out), ("RECORDS", records)):
+        path = Path(value).resolve()
+        if not path.is_relative_to(REPOSITORY):
+            raise ValueError(f"{flag}: {value} lies outside the repository, where a plan reads")
+        named[flag] = path.relative_to(REPOSITORY).as_posix()
+    try:
+        commit = resolve_commit(pin)
+    except CheckoutError as err:
+        raise ValueError(f"--pin: {err}") from None
+    return named["--out"], named["RECORDS"], commit
+
+
 def main(argv: list[str] | None = None) -> int:
     import yaml
 
@@ -415,8 +438,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", help="with stage2: also write its campaign plan to this path")
     parser.add_argument("--pin", help="with --plan: the clean commit stage 2 runs from")
     args = parser.parse_args(argv)
-    if args.plan and (args.action != "stage2" or not args.pin):
-        parser.error("--plan: with stage2 and --pin COMMIT only")
+    if args.ablations and args.action != "tuned":
+        parser.error("--ablations: with tuned only")
+    if (args.plan or args.pin) and (args.action != "stage2" or not (args.plan and args.pin)):
+        parser.error("--plan and --pin: with stage2, both together")
+    planned = None
+    if args.plan:  # checked before anything is written
+        try:
+            planned = plan_paths(args.out, args.records, args.pin)
+        except ValueError as err:
+            print(f"tuning: {err}", file=sys.stderr)
+            return 2
     stage1_suite = load_suite(suite_path("tuning"))
     table, _ = collect_runs([args.records])
     aucs = read_aucs(table, today_options(stage1_suite))
@@ -451,25 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c for m in methods for c in stage2_configs(m, chosen[m], aucs)]
     suite = stage2_suite(stage1_suite, configs)
     atomic_write_text(args.out, yaml.safe_dump(suite, sort_keys=False))
-    if args.plan:
-        from pathlib import Path
-
-        from creditbench.tools.campaign.worktrees import REPOSITORY, CheckoutError, resolve_commit
-
-        inside = {
-            flag: Path(value).resolve()
-            for flag, value in (("--out", args.out), ("RECORDS", args.records))
-        }
-        outside = [flag for flag, path in inside.items() if not path.is_relative_to(REPOSITORY)]
-        if outside:  # a plan reads its paths from the repository's root
-            print(f"tuning: {outside[0]} lies outside the repository", file=sys.stderr)
-            return 2
-        try:
-            commit = resolve_commit(args.pin)
-        except CheckoutError as err:
-            print(f"tuning: --pin: {err}", file=sys.stderr)
-            return 2
-        suite_file, records = (inside[f].relative_to(REPOSITORY).as_posix() for f in inside)
+    if planned is not None:
+        suite_file, records, commit = planned
         atomic_write_text(args.plan, stage2_plan(suite_file, suite, records, commit))
     return 0
 

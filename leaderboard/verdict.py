@@ -183,7 +183,10 @@ def holm_text(
             return head + f"the one verdict {where} survives{closest}."
         return head + f"all {len(verdicts)} verdicts {where} survive{closest}."
     named = ", ".join(f"{m} (p {p_values[m]:.4f}, adjusted {adjusted[m]:.3f})" for m in fall)
+    if len(verdicts) == 1:
+        return head + f"the one verdict {where} does not survive: {named}."
+    survive = "survives" if len(kept) == 1 else "survive"
     return (
-        head + f"{len(kept)} of the {len(verdicts)} verdicts {where} survive{closest}; these do "
+        head + f"{len(kept)} of the {len(verdicts)} verdicts {where} {survive}{closest}; these do "
         f"not: {named}."
     )

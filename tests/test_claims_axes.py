@@ -237,7 +237,7 @@ def test_the_holm_line_names_the_verdicts_that_do_not_survive():
     line = holm_sentence(frame)
     assert line == (
         "Holm's correction over the 3 rows against GRPO (the paired t test's p-values, "
-        "family-wise error 5%): 1 of the 3 verdicts above survive (the nearest: a, adjusted "
+        "family-wise error 5%): 1 of the 3 verdicts above survives (the nearest: a, adjusted "
         "0.0150); these do not: b (p 0.0300, adjusted 0.060), c (p 0.0400, adjusted 0.060)."
     )
     assert holm_sentence(rows_with_p({"a": 0.001, "b": 0.01})).endswith(
@@ -253,7 +253,7 @@ def test_the_equal_samples_axis_s_verdicts_get_their_holm_line_too():
     sentence = samples_sentence(frame)
     assert "behind it: a (" in sentence
     assert sentence.endswith(
-        "1 of the 3 verdicts above survive (the nearest: a, adjusted 0.0150); these do not: "
+        "1 of the 3 verdicts above survives (the nearest: a, adjusted 0.0150); these do not: "
         "b (p 0.0300, adjusted 0.060), c (p 0.0400, adjusted 0.060)."
     )
 
@@ -277,8 +277,13 @@ def test_the_claims_page_has_a_holm_line_per_setting_over_the_claims_read_there(
     line = holm_line(verdicts, "hard")
     # ten claims read in the hard setting (D is not testable, E is the easy setting's)
     assert line.startswith("hard: Holm's correction over the 10 claims read in the hard setting")
-    assert "1 of the 2 verdicts in the table below survive" in line
+    assert "1 of the 2 verdicts in the table below survives (the nearest: A ahead" in line
     assert "these do not: B ahead of GRPO (card)" in line
     easy = holm_line(verdicts, "easy")
     assert "the one verdict in the table below survives" in easy
+    # one verdict that falls: said in the singular, with its p-values
+    lone = [verdict("B ahead of GRPO", weak, HOLDS), *verdicts[2:10]]
+    assert "the one verdict in the table below does not survive: B ahead of GRPO (card) (p " in (
+        holm_line(lone, "hard")
+    )
     assert holm_line(verdicts[2:10], "hard") == ""  # no verdict called: no line

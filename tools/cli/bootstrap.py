@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from creditbench.tools.cli.common import (
+    MAX_EVAL_PROBLEMS,
     MAX_SFT_STEPS,
     count_up_to,
     positive_int,
@@ -173,7 +174,9 @@ def add_bootstrap_commands(subparsers: Any) -> None:
         help="a task option (repeatable); the value is read as JSON, else as text",
     )
     p.add_argument("--preset", help="model preset: nano, tiny (default), small or base")
-    p.add_argument("--steps", type=count_up_to(MAX_SFT_STEPS), help="SFT optimizer steps")
+    p.add_argument(
+        "--steps", type=count_up_to(MAX_SFT_STEPS), help="SFT optimizer steps (at most 1,000,000)"
+    )
     p.add_argument("--batch-size", type=positive_int, help="SFT examples per step")
     p.add_argument("--lr", type=float, help="peak learning rate")
     p.add_argument("--seed", type=seed_value, help="bootstrap seed, in [0, 2**32)")
@@ -184,7 +187,12 @@ def add_bootstrap_commands(subparsers: Any) -> None:
     p.add_argument("--out", help="also copy the checkpoint to this new directory")
     p.add_argument("--ship", action="store_true", help="copy it into the package's assets")
     p.add_argument("--bench", action="store_true", help="print accuracies on the eval split")
-    p.add_argument("--n-eval", type=positive_int, default=200, help="eval problems for --bench")
+    p.add_argument(
+        "--n-eval",
+        type=count_up_to(MAX_EVAL_PROBLEMS),
+        default=200,
+        help="eval problems for --bench (at most 100,000)",
+    )
     p.add_argument(
         "--max-new-tokens",
         type=positive_int,

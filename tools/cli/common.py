@@ -116,6 +116,10 @@ MAX_VALUE_SAMPLES = 65_536
 MAX_REPEATS = 1_000  # ours: perf's median of 3 steps; 1,000 steps is hours of a slow method
 MAX_SFT_STEPS = 1_000_000  # ours: 667 times the recipe's 1,500 SFT steps
 MAX_OPTIMIZER_STEPS = 1_000_000  # ours: 2,000 times a paper recipe's few hundred steps
+MAX_BATCHES = 10_000  # ours: values' 2 and gradients' 12 batches by default, each many steps' worth
+MAX_STATES = 100_000  # ours: values reads 120 states a batch by default
+MAX_EXAMPLES = 100_000  # ours: conformance's 100 random batches a check, 1,000 times over
+MAX_RESPONSES = 10_000  # ours: explain draws 3 failed responses by default, each printed
 
 
 def not_a_regular_file(path: str | Path) -> str | None:

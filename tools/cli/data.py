@@ -32,7 +32,10 @@ def add_data_commands(subparsers) -> None:
     p = sub.add_parser("show", help="print a few problems of a task")
     p.add_argument("task", help="a task name (see 'creditbench data list')")
     p.add_argument(
-        "--n", type=count_up_to(MAX_EVAL_PROBLEMS), default=3, help="how many problems (default 3)"
+        "--n",
+        type=count_up_to(MAX_EVAL_PROBLEMS),
+        default=3,
+        help="how many problems (default 3, at most 100,000)",
     )
     p.add_argument("--split", default="eval", help="train or eval (real data: test = eval)")
     p.add_argument("--seed", type=seed_value, default=0, help="picks the problems and the samples")

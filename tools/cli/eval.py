@@ -130,11 +130,13 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--model", help="any Hugging Face causal LM directory")
     p.add_argument("--task", help="default: the run's task (with --checkpoint), else chain")
     p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--n", type=count_up_to(MAX_EVAL_PROBLEMS), help="eval problems")
+    p.add_argument(
+        "--n", type=count_up_to(MAX_EVAL_PROBLEMS), help="eval problems (at most 100,000)"
+    )
     p.add_argument(
         "--k",
         type=count_up_to(MAX_EVAL_SAMPLES),
-        help="samples per problem for the sampled accuracy",
+        help="samples per problem for the sampled accuracy (at most 1,024)",
     )
     p.add_argument("--temperature", type=float)
     p.add_argument(

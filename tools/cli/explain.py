@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 from creditbench.tools.cli.common import (
+    MAX_RESPONSES,
     add_set_option,
-    positive_int,
+    count_up_to,
     quiet_transformers,
     set_threads,
     thread_count,
@@ -132,7 +133,10 @@ def add_explain_command(subparsers) -> None:
     p.add_argument("--step", type=int, help="the logged step to draw (default: the last)")
     p.add_argument("--methods", help="comma-separated methods, side by side on one fresh batch")
     p.add_argument(
-        "--responses", type=positive_int, default=3, help="failed responses to draw (default 3)"
+        "--responses",
+        type=count_up_to(MAX_RESPONSES),
+        default=3,
+        help="failed responses to draw (default 3, at most 10,000)",
     )
     add_set_option(p)
     p.add_argument("--out", help="where to write credit.html and credit.png")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 
 from creditbench.tools.cli.common import (
+    MAX_BATCHES,
     add_set_option,
-    positive_int,
+    count_up_to,
     quiet_transformers,
     set_threads,
     thread_count,
@@ -49,6 +50,11 @@ def add_gradients_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--reference", default="oracle", help="whose mean gradient to agree with (default oracle)"
     )
-    p.add_argument("--batches", type=positive_int, default=12, help="batches (default 12)")
+    p.add_argument(
+        "--batches",
+        type=count_up_to(MAX_BATCHES),
+        default=12,
+        help="batches (default 12, at most 10,000)",
+    )
     p.add_argument("--threads", type=thread_count, help="torch CPU threads, at most the CPUs")
     p.set_defaults(func=_cmd_gradients)

@@ -62,7 +62,10 @@ def add_perf_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="a YAML run config (default: the defaults)")
     add_set_option(p)
     p.add_argument(
-        "--repeats", type=count_up_to(MAX_REPEATS), default=3, help="steps per median (default 3)"
+        "--repeats",
+        type=count_up_to(MAX_REPEATS),
+        default=3,
+        help="steps per median (default 3, at most 1,000)",
     )
     p.add_argument(
         "--methods", nargs="*", help="methods to time one step of (default: all; none: skip)"

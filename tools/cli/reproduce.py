@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from creditbench.tools.cli.common import (
+    MAX_EVAL_PROBLEMS,
     MAX_OPTIMIZER_STEPS,
     count_up_to,
     positive_int,
@@ -83,9 +84,15 @@ def add_reproduce_commands(subparsers) -> None:
     )
     p.add_argument("--budget", type=float, help="FLOPs per run, instead of the planned budget")
     p.add_argument(
-        "--steps", type=count_up_to(MAX_OPTIMIZER_STEPS), help="paper: optimizer steps per run"
+        "--steps",
+        type=count_up_to(MAX_OPTIMIZER_STEPS),
+        help="paper: optimizer steps per run (at most 1,000,000)",
     )
-    p.add_argument("--n-eval", type=positive_int, help="evaluation problems (eval.n_problems)")
+    p.add_argument(
+        "--n-eval",
+        type=count_up_to(MAX_EVAL_PROBLEMS),
+        help="evaluation problems (eval.n_problems; at most 100,000)",
+    )
     p.add_argument(
         "--workers",
         type=worker_count,

@@ -9,11 +9,12 @@ import argparse
 from pathlib import Path
 
 from creditbench.tools.cli.common import (
+    MAX_BATCHES,
+    MAX_STATES,
     MAX_VALUE_SAMPLES,
     add_set_option,
     count_up_to,
     not_a_regular_file,
-    positive_int,
     quiet_transformers,
     set_threads,
     thread_count,
@@ -65,15 +66,23 @@ def add_values_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", help="a YAML run config (default: the defaults)")
     add_set_option(p)
-    p.add_argument("--batches", type=positive_int, default=2, help="batches (default 2)")
     p.add_argument(
-        "--states", type=positive_int, default=120, help="states per batch (default 120)"
+        "--batches",
+        type=count_up_to(MAX_BATCHES),
+        default=2,
+        help="batches (default 2, at most 10,000)",
+    )
+    p.add_argument(
+        "--states",
+        type=count_up_to(MAX_STATES),
+        default=120,
+        help="states per batch (default 120, at most 100,000)",
     )
     p.add_argument(
         "--samples",
         type=count_up_to(MAX_VALUE_SAMPLES),
         default=256,
-        help="continuations a state (256)",
+        help="continuations a state (256, at most 65,536)",
     )
     p.add_argument("--out", help="write one CSV row per state here")
     p.add_argument(

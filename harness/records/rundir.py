@@ -480,10 +480,13 @@ class RunDir:
         match = _CHECKPOINT_NAME.fullmatch(path.name)
         if not match or not (path / COMPLETE_MARKER).is_file():
             raise RunDirError(f"{path}: not a complete checkpoint")
-        for file in path.rglob("*"):  # a FIFO planted in a shared folder: reading it waits forever
-            mode = file.lstat().st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                raise RunDirError(f"{file}: not a regular file, which no checkpoint holds")
+        try:
+            for file in path.rglob("*"):  # a FIFO planted in a shared folder: a read waits forever
+                mode = file.lstat().st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise RunDirError(f"{file}: not a regular file, which no checkpoint holds")
+        except OSError as err:
+            raise RunDirError(f"{path}: cannot read checkpoint ({err.strerror or err})") from None
         trainer_file = path / "trainer_state.json"
         try:
             trainer_state = json.loads(trainer_file.read_text(encoding="utf-8"))

@@ -11,7 +11,8 @@ runs missing from them are trained, into the results
 folder, with the bench's workers. A card row with options (Teacher-OPPO is ``oppo`` with
 ``oracle: teacher``) is not on the leaderboard; its runs get the row's own name and run here.
 
-The report is the claims table of :mod:`creditbench.leaderboard.claims` over the records and
+The report is the claims table of :mod:`creditbench.leaderboard.claims_page` (each claim read by
+:mod:`creditbench.leaderboard.claims`) over the records and
 the new runs together: the paper's number, the claim's axis, per setting the testbed's paired
 gain on that axis with its intervals and k of n seeds and the verdict, and the caveats.
 """

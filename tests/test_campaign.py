@@ -332,3 +332,21 @@ def test_the_standard_plans_sync_renders_otbs_ablation_block(monkeypatch) -> Non
     ]  # fmt: skip
     board = rendered.index("-m creditbench.tools.cli.main leaderboard")
     assert board < ablation[0]
+
+
+def test_a_phase_may_run_seeds_the_suite_does_not_list_and_the_plan_counts_them(
+    tmp_path: Path, head: str
+) -> None:
+    """A confirmatory phase (seeds 10-19 of GRPO and the oracle) runs seeds outside the suite's
+    own, as bench's --seeds does; the plan counts its runs, so the dry run and the board's
+    manifest see them rather than an empty phase."""
+    plan = tmp_path / "plan.yaml"
+    text = GOOD.replace("HEAD", head).replace(
+        "seeds: 0-1}", "seeds: 0-1}\n  - {setting: hard, seeds: 10-12}"
+    )
+    assert text != GOOD.replace("HEAD", head), "the change applies"
+    plan.write_text(text)
+    loaded = load_plan(plan)
+    first, confirmatory = loaded.phases
+    assert {run.seed for run in loaded.runs_of(confirmatory)} == {10, 11, 12}
+    assert len(loaded.runs_of(confirmatory)) == 3 * len(loaded.runs_of(first)) // 2

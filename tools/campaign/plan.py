@@ -17,6 +17,7 @@
       75b6117531395d8098f8fe31a52b8f0225d0c063: [grpo, oracle]
     phases:                     # in order; each runs what is left of it
       - {setting: hard, seeds: 0-9}                     # a suite label; every pinned method
+      - {setting: hard, seeds: 10-19, methods: [grpo]}  # seeds the suite does not list, too
       - {setting: easy, seeds: 0-4, methods: [grpo]}    # or some of them
       - {setting: easy, seeds: 5-9, rule: easy-seeds}   # the rows the rule chooses
       - {reproduce: oppo}       # a card's own rows, from its method's pinned commit
@@ -31,6 +32,7 @@ line names the plan file and the field.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +152,9 @@ def load_plan(path: Path) -> Plan:
     labels = _labels(tasks, suite_runs)
     pinned = tuple(m for ms in pins.values() for m in ms)
     phases = _phases(data["phases"], pinned, labels, "claims_rows" in records, fail)
+    phase_seeds = {seed for phase in phases for seed in phase.seeds}
+    if phase_seeds - {run.seed for run in suite_runs}:  # the runs of every phase, planned
+        _, _, suite_runs = _suite(data["suite"], repo, fail, phase_seeds)
     description = data.get("description", "")
     if not isinstance(description, str):
         raise fail("description", "one line of text")
@@ -182,8 +187,10 @@ def repository_of(path: Path) -> Path:
     return Path(found.stdout.strip()) if found.returncode == 0 else REPOSITORY
 
 
-def _suite(value: Any, repo: Path, fail) -> tuple[str, list, list]:
-    """The suite as a bench argument, its task entries, and its runs."""
+def _suite(value: Any, repo: Path, fail, seeds: Iterable[int] = ()) -> tuple[str, list, list]:
+    """The suite as a bench argument, its task entries, and its runs: at its own seeds and at
+    ``seeds`` (a phase may run seeds the suite does not list, as bench's ``--seeds`` does: the
+    confirmatory ones)."""
     from creditbench.tools.suite import SuiteError, expand_suite, load_suite, suite_path
 
     if not isinstance(value, str) or not value:
@@ -194,6 +201,8 @@ def _suite(value: Any, repo: Path, fail) -> tuple[str, list, list]:
     try:
         found = suite_path(name)
         definition = load_suite(found)
+        if set(seeds) - set(definition.get("seeds") or ()):
+            definition = {**definition, "seeds": sorted({*definition["seeds"], *seeds})}
         return name, list(definition.get("tasks") or []), expand_suite(definition, found)
     except SuiteError as err:
         raise fail("suite", str(err).removeprefix("--suite: ")) from None

@@ -9,19 +9,21 @@ import pytest
 import yaml
 
 from creditbench.tools.campaign.tuning import (
+    eval_counts,
+    samples_horizon,
+    stage2_suite,
+    tuned_suite,
+    tuning_table,
+)
+from creditbench.tools.campaign.tuning_rule import (
     Config,
     best,
     choices_of,
     chosen,
-    eval_counts,
     read_aucs,
     read_reach,
-    samples_horizon,
     stage1_best,
     stage2_configs,
-    stage2_suite,
-    tuned_suite,
-    tuning_table,
 )
 
 DEFAULTS = {"grpo": {"eps_low": 0.2}, "gspo": {"eps_low": 3e-4, "eps_high": 4e-4},

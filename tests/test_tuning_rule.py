@@ -295,9 +295,53 @@ def test_stage_twos_plan_arguments_are_checked_before_anything_is_written(tmp_pa
     for argv in (
         ["table", records, "--out", str(tmp_path / "t.md"), "--ablations", str(tmp_path / "a")],
         ["stage2", records, "--out", str(tmp_path / "s.yaml"), "--pin", "HEAD"],
-        ["tuned", records, "--out", str(tmp_path / "s.yaml"), "--plan", str(plan), "--pin", "HEAD"],
+        ["table", records, "--out", str(tmp_path / "t.md"), "--plan", str(plan), "--pin", "HEAD"],
+        ["tuned", records, "--out", str(tmp_path / "s.yaml"), "--ablations-plan", str(plan)],
     ):
         with pytest.raises(SystemExit) as exited:
             main(argv)
         assert exited.value.code == 2
     assert not any(tmp_path.iterdir())
+
+
+def test_protocol_twos_plans_follow_its_rule_and_load_as_campaigns(tmp_path):
+    """docs/testbed.md, "Protocol 2's board": GRPO and the oracle first, every method's hard
+    seeds, easy 0-4, the easy-seeds rule's 5-9, the confirmatory 10-19 of the scale's ends; the
+    records apart from the published board's; the ablation rows on hard and easy 0-9."""
+    from creditbench.leaderboard.ablation import OTB_LADDER
+    from creditbench.tools.campaign.plan import load_plan
+    from creditbench.tools.campaign.tuning import ablation_suite, protocol2_plans
+    from creditbench.tools.campaign.worktrees import resolve_commit
+    from creditbench.tools.suite import load_suite, suite_path
+
+    choices = {"otb": Config("otb", 5e-5), "grpo": Config("grpo", 5e-5),
+               "oracle": Config("oracle", 5e-5), "dapo": Config("dapo", 1.5e-4)}  # fmt: skip
+    suite = tuned_suite(load_suite(suite_path("standard")), choices, horizon=160)
+    ablations = ablation_suite(suite, choices, OTB_LADDER)
+    files = {}
+    for name, data in (("tuned", suite), ("ablations", ablations)):
+        files[name] = tmp_path / f"{name}.yaml"
+        files[name].write_text(yaml.safe_dump(data, sort_keys=False))
+    head = resolve_commit("HEAD")
+    texts = protocol2_plans(str(files["tuned"]), suite, str(files["ablations"]), ablations, head)
+    loaded = []
+    for name, text in zip(("board", "ablation-rows"), texts, strict=True):
+        (tmp_path / f"{name}.yaml").write_text(text)
+        loaded.append(load_plan(tmp_path / f"{name}.yaml"))
+    board, rows = loaded
+    assert board.pins == {head: ("grpo", "oracle", "dapo", "otb")}
+    phases = [(p.setting, p.seeds[0], p.seeds[-1], p.methods, p.rule) for p in board.phases]
+    assert phases == [
+        ("hard", 0, 9, ("grpo", "oracle"), ""),
+        ("easy", 0, 4, ("grpo", "oracle"), ""),
+        ("hard", 0, 9, ("grpo", "oracle", "dapo", "otb"), ""),
+        ("easy", 0, 4, ("grpo", "oracle", "dapo", "otb"), ""),
+        ("easy", 5, 9, ("grpo", "oracle", "dapo", "otb"), "easy-seeds"),
+        ("hard", 10, 19, ("grpo", "oracle"), ""),
+        ("easy", 10, 19, ("grpo", "oracle"), ""),
+    ]
+    assert len(board.runs_of(board.phases[-1])) == 20  # the confirmatory seeds are planned
+    assert board.board.as_posix().endswith("docs/results/protocol-2") and not board.pages
+    assert rows.pins == {head: ("otb_norm", "otb_uniform")}
+    assert rows.board.as_posix().endswith("docs/results/protocol-2-ablations")
+    assert sum(len(rows.runs_of(p)) for p in rows.phases) == 2 * 2 * 10

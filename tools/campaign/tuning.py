@@ -5,14 +5,17 @@ the tuned board's suite and OTB's ablation rows' suite (docs/testbed.md, "The tu
         [--plan tools/campaigns/tuning-stage2.yaml --pin COMMIT]
     python -m creditbench.tools.campaign.tuning table RECORDS --out RECORDS/tuning.md
     python -m creditbench.tools.campaign.tuning tuned RECORDS --out tools/suites/standard-tuned.yaml
-        [--ablations tools/suites/otb-ablation.yaml]
+        [--ablations tools/suites/otb-ablation.yaml] [--plan tools/campaigns/protocol-2.yaml
+        [--ablations-plan tools/campaigns/protocol-2-ablations.yaml] --pin COMMIT]
 
 The choices themselves are made by :mod:`.tuning_rule` from the records. ``stage2`` writes stage
 2's suite (:func:`stage2_suite`) and, with ``--plan``, its campaign plan; ``table`` the tuning
 table. Once every method's five configurations are in, ``tuned``
 writes the board's suite at the chosen configurations (:func:`tuned_suite`), and with
 ``--ablations`` the suite of OTB's ablation rows at OTB's chosen configuration
-(:func:`ablation_suite`, docs/testbed.md, "OTB's ablation rows").
+(:func:`ablation_suite`, docs/testbed.md, "OTB's ablation rows"), and with ``--plan`` protocol
+2's campaign plans (:func:`protocol2_plans`, docs/testbed.md, "Protocol 2's board"). Every
+plan's paths and pin are checked before anything is written.
 """
 
 from __future__ import annotations
@@ -218,16 +221,76 @@ def tuning_table(
     return "\n".join(lines) + "\n"
 
 
-def plan_paths(out: str, records: str, pin: str) -> tuple[str, str, str]:
-    """``(suite file, records folder, commit)`` as stage 2's plan names them: the two paths
-    relative to the repository (a plan reads its paths from its root), the commit's full id;
-    ValueError naming the argument that cannot be."""
+# protocol 2's board (docs/testbed.md, "Protocol 2's board"): the scale's two ends run first,
+# and its records stay apart from the published board's until its whole plan is in
+SCALE_ENDS = ("grpo", "oracle")
+PROTOCOL2_RECORDS = "docs/results/protocol-2"
+PROTOCOL2_ABLATIONS = "docs/results/protocol-2-ablations"
+
+
+def protocol2_plans(
+    suite_file: str,
+    suite: dict[str, Any],
+    ablation_file: str,
+    ablations: dict[str, Any],
+    commit: str,
+) -> tuple[str, str]:
+    """The campaign plans of protocol 2's board and of OTB's ablation rows (docs/testbed.md,
+    "Protocol 2's board"), each pinned to ``commit``: the board's phases in the rule's order
+    (GRPO and the oracle first, every method's hard seeds, the easy seeds 0-4, the easy-seeds
+    rule's 5-9, the confirmatory 10-19 of GRPO and the oracle); the ablation rows at hard seeds
+    0-9 and easy seeds 0-9 (the ladder reads the seeds its rungs share). The claims' own rows
+    are not in it: ``reproduce`` reads the frozen suite."""
+    import yaml
+
+    names = [entry["name"] for entry in suite["methods"]]
+    ends = [name for name in SCALE_ENDS if name in names]
+    board = {
+        "description": (
+            "Protocol 2's board (docs/testbed.md): every method at the tuning rule's chosen "
+            "configuration, with the equal-samples evaluations, from one clean commit; its "
+            "records stay apart from the published board's until the whole plan is in."
+        ),
+        "suite": suite_file,
+        "records": {"board": PROTOCOL2_RECORDS},
+        "pins": {commit: ends + [name for name in names if name not in ends]},
+        "phases": [
+            {"setting": "hard", "seeds": "0-9", "methods": ends},
+            {"setting": "easy", "seeds": "0-4", "methods": ends},
+            {"setting": "hard", "seeds": "0-9"},
+            {"setting": "easy", "seeds": "0-4"},
+            {"setting": "easy", "seeds": "5-9", "rule": "easy-seeds"},
+            {"setting": "hard", "seeds": "10-19", "methods": ends},
+            {"setting": "easy", "seeds": "10-19", "methods": ends},
+        ],
+    }
+    rows = [entry["name"] for entry in ablations["methods"]]
+    ablation = {
+        "description": (
+            "OTB's ablation rows (docs/testbed.md, \"OTB's ablation rows\"), at OTB's chosen "
+            "configuration and protocol 2's settings, after the board's GRPO and OTB rows."
+        ),
+        "suite": ablation_file,
+        "records": {"board": PROTOCOL2_ABLATIONS},
+        "pins": {commit: rows},
+        "phases": [{"setting": "hard", "seeds": "0-9"}, {"setting": "easy", "seeds": "0-9"}],
+    }
+    head = "# Written with its suite by tools/campaign/tuning.py from the tuning records.\n"
+    return tuple(  # type: ignore[return-value]
+        head + yaml.safe_dump(plan, sort_keys=False, width=100) for plan in (board, ablation)
+    )
+
+
+def plan_paths(paths: dict[str, str], pin: str) -> tuple[dict[str, str], str]:
+    """``paths`` (flag -> path) relative to the repository, as a plan names them (it reads its
+    paths from its root), and the full id of the commit ``pin``; ValueError naming the argument
+    that cannot be."""
     from pathlib import Path
 
     from creditbench.tools.campaign.worktrees import REPOSITORY, CheckoutError, resolve_commit
 
     named = {}
-    for flag, value in (("--out", out), ("RECORDS", records)):
+    for flag, value in paths.items():
         path = Path(value).resolve()
         if not path.is_relative_to(REPOSITORY):
             raise ValueError(f"{flag}: {value} lies outside the repository, where a plan reads")
@@ -236,7 +299,7 @@ def plan_paths(out: str, records: str, pin: str) -> tuple[str, str, str]:
         commit = resolve_commit(pin)
     except CheckoutError as err:
         raise ValueError(f"--pin: {err}") from None
-    return named["--out"], named["RECORDS"], commit
+    return named, commit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,17 +316,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ablations", help="with tuned: also write OTB's ablation rows' suite to this path"
     )
-    parser.add_argument("--plan", help="with stage2: also write its campaign plan to this path")
-    parser.add_argument("--pin", help="with --plan: the clean commit stage 2 runs from")
+    parser.add_argument(
+        "--plan", help="with stage2 or tuned: also write its campaign plan to this path"
+    )
+    parser.add_argument(
+        "--ablations-plan", help="with tuned and --ablations: the ablation rows' campaign plan"
+    )
+    parser.add_argument("--pin", help="with a plan: the clean commit its runs come from")
     args = parser.parse_args(argv)
     if args.ablations and args.action != "tuned":
         parser.error("--ablations: with tuned only")
-    if (args.plan or args.pin) and (args.action != "stage2" or not (args.plan and args.pin)):
-        parser.error("--plan and --pin: with stage2, both together")
+    if args.ablations_plan and not (args.ablations and args.plan):
+        parser.error("--ablations-plan: with tuned, --ablations and --plan")
+    if (args.plan or args.pin) and (args.action == "table" or not (args.plan and args.pin)):
+        parser.error("--plan and --pin: with stage2 or tuned, both together")
+    paths = {"--out": args.out, "RECORDS": args.records}
+    if args.ablations_plan:
+        paths["--ablations"] = args.ablations
     planned = None
     if args.plan:  # checked before anything is written
         try:
-            planned = plan_paths(args.out, args.records, args.pin)
+            planned = plan_paths(paths, args.pin)
         except ValueError as err:
             print(f"tuning: {err}", file=sys.stderr)
             return 2
@@ -285,13 +358,20 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             print(f"tuning: {err}", file=sys.stderr)
             return 2
+        from creditbench.leaderboard.ablation import OTB_LADDER
+
         suite = tuned_suite(board, choices, horizon)
+        ablations = ablation_suite(suite, choices, OTB_LADDER)
         atomic_write_text(args.out, yaml.safe_dump(suite, sort_keys=False))
         if args.ablations:
-            from creditbench.leaderboard.ablation import OTB_LADDER
-
-            ablations = ablation_suite(suite, choices, OTB_LADDER)
             atomic_write_text(args.ablations, yaml.safe_dump(ablations, sort_keys=False))
+        if planned is not None:
+            named, commit = planned
+            ablation_file = named.get("--ablations", "")
+            plans = protocol2_plans(named["--out"], suite, ablation_file, ablations, commit)
+            atomic_write_text(args.plan, plans[0])
+            if args.ablations_plan:
+                atomic_write_text(args.ablations_plan, plans[1])
         return 0
     try:
         chosen = {m: stage1_best(aucs, m) for m in methods}
@@ -302,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     suite = stage2_suite(stage1_suite, configs)
     atomic_write_text(args.out, yaml.safe_dump(suite, sort_keys=False))
     if planned is not None:
-        suite_file, records, commit = planned
-        atomic_write_text(args.plan, stage2_plan(suite_file, suite, records, commit))
+        named, commit = planned
+        text = stage2_plan(named["--out"], suite, named["RECORDS"], commit)
+        atomic_write_text(args.plan, text)
     return 0
 
 

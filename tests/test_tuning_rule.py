@@ -345,3 +345,49 @@ def test_protocol_twos_plans_follow_its_rule_and_load_as_campaigns(tmp_path):
     assert rows.pins == {head: ("otb_norm", "otb_uniform")}
     assert rows.board.as_posix().endswith("docs/results/protocol-2-ablations")
     assert sum(len(rows.runs_of(p)) for p in rows.phases) == 2 * 2 * 10
+
+
+def test_the_tuned_command_writes_the_board_and_ablation_suites_from_complete_records(
+    tmp_path, monkeypatch
+):
+    """The command end to end on made-up records of every registered method's five
+    configurations (each run's config as the records hold it, its reach in evaluation rows):
+    the board's suite at each choice and the ablation rows' suite at OTB's."""
+    from creditbench.leaderboard import collect
+    from creditbench.tools.campaign.tuning import main
+    from creditbench.tools.campaign.tuning_rule import STAGE1_LRS, today_options
+    from creditbench.tools.suite import load_suite, suite_path
+
+    defaults = today_options(load_suite(suite_path("tuning")))
+    rows, index = [], 0
+
+    def add(method: str, lr: float, options: dict, auc: float) -> None:
+        nonlocal index
+        for seed in (22, 23):
+            index += 1
+            config = {"method": method, "train": {"lr": lr},
+                      "method_options": {**defaults[method], **options}}  # fmt: skip
+            name = f"run{index}"
+            rows.append({"kind": "run", "run": name, "seed": seed, "auc": auc,
+                         "config": json.dumps(config)})  # fmt: skip
+            rows.append({"kind": "eval", "run": name, "responses_trained": 160 + 32 * (index % 3)})
+
+    for method in defaults:  # stage 1: 5e-5 best everywhere, then stage 2 below it but OTB's
+        for lr in STAGE1_LRS:
+            add(method, lr, {}, 0.4 if lr == 5e-5 else 0.3)
+        aucs = read_aucs(pd.DataFrame([r for r in rows if r["kind"] == "run"]), defaults)
+        for config in stage2_configs(method, stage1_best(aucs, method), aucs):
+            better = method == "otb" and config.lr > 5e-5
+            add(method, config.lr, dict(config.options), 0.45 if better else 0.35)
+    monkeypatch.setattr(collect, "collect_runs", lambda sources: (pd.DataFrame(rows), []))
+    out, ablations = tmp_path / "tuned.yaml", tmp_path / "ablations.yaml"
+    argv = ["tuned", "records", "--out", str(out), "--ablations", str(ablations)]
+    assert main(argv) == 0
+    suite, rows_suite = yaml.safe_load(out.read_text()), yaml.safe_load(ablations.read_text())
+    lrs = {entry["name"]: entry["settings"]["train.lr"] for entry in suite["methods"]}
+    assert set(lrs) == set(defaults) and lrs["grpo"] == 5e-5 and lrs["otb"] > 5e-5
+    assert {e["name"]: e["settings"]["train.lr"] for e in rows_suite["methods"]} == {
+        "otb_norm": lrs["otb"], "otb_uniform": lrs["otb"]
+    }  # fmt: skip
+    # the horizon: the fewest responses a chosen configuration reached, 160, in quarters
+    assert suite["tasks"][0]["settings"]["budget.eval_responses"] == [32, 64, 128, 160]

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from creditbench.tools.cli.common import (
-    MAX_EVAL_PROBLEMS,
-    MAX_SFT_STEPS,
-    count_up_to,
+    eval_problem_count,
     positive_int,
     seed_value,
+    sft_step_count,
     thread_count,
     usage_error,
 )
@@ -174,9 +173,7 @@ def add_bootstrap_commands(subparsers: Any) -> None:
         help="a task option (repeatable); the value is read as JSON, else as text",
     )
     p.add_argument("--preset", help="model preset: nano, tiny (default), small or base")
-    p.add_argument(
-        "--steps", type=count_up_to(MAX_SFT_STEPS), help="SFT optimizer steps (at most 1,000,000)"
-    )
+    p.add_argument("--steps", type=sft_step_count, help="SFT optimizer steps (at most 1,000,000)")
     p.add_argument("--batch-size", type=positive_int, help="SFT examples per step")
     p.add_argument("--lr", type=float, help="peak learning rate")
     p.add_argument("--seed", type=seed_value, help="bootstrap seed, in [0, 2**32)")
@@ -189,7 +186,7 @@ def add_bootstrap_commands(subparsers: Any) -> None:
     p.add_argument("--bench", action="store_true", help="print accuracies on the eval split")
     p.add_argument(
         "--n-eval",
-        type=count_up_to(MAX_EVAL_PROBLEMS),
+        type=eval_problem_count,
         default=200,
         help="eval problems for --bench (at most 100,000)",
     )

@@ -122,6 +122,19 @@ MAX_EXAMPLES = 100_000  # ours: conformance's 100 random batches a check, 1,000 
 MAX_RESPONSES = 10_000  # ours: explain draws 3 failed responses by default, each printed
 
 
+# The flags' bounded count types, built once here, so that a parser only names its type
+eval_problem_count = count_up_to(MAX_EVAL_PROBLEMS)
+eval_sample_count = count_up_to(MAX_EVAL_SAMPLES)
+value_sample_count = count_up_to(MAX_VALUE_SAMPLES)
+repeat_count = count_up_to(MAX_REPEATS)
+sft_step_count = count_up_to(MAX_SFT_STEPS)
+optimizer_step_count = count_up_to(MAX_OPTIMIZER_STEPS)
+batch_count = count_up_to(MAX_BATCHES)
+state_count = count_up_to(MAX_STATES)
+example_count = count_up_to(MAX_EXAMPLES)
+response_count = count_up_to(MAX_RESPONSES)
+
+
 def not_a_regular_file(path: str | Path) -> str | None:
     """Why ``path`` cannot be read or written as a plain file (a FIFO, a socket, a device, on
     which an open blocks or means something else), or None: it is absent, a regular file, or a

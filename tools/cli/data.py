@@ -7,8 +7,7 @@ import random
 
 from creditbench.harness.tasks.base import STEP_CHECK, TEACHER, capabilities_of
 from creditbench.tools.cli.common import (
-    MAX_EVAL_PROBLEMS,
-    count_up_to,
+    eval_problem_count,
     seed_value,
     usage_error,
 )
@@ -33,7 +32,7 @@ def add_data_commands(subparsers) -> None:
     p.add_argument("task", help="a task name (see 'creditbench data list')")
     p.add_argument(
         "--n",
-        type=count_up_to(MAX_EVAL_PROBLEMS),
+        type=eval_problem_count,
         default=3,
         help="how many problems (default 3, at most 100,000)",
     )

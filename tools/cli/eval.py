@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 
 from creditbench.tools.cli.common import (
-    MAX_EVAL_PROBLEMS,
-    MAX_EVAL_SAMPLES,
-    count_up_to,
+    eval_problem_count,
+    eval_sample_count,
     positive_int,
     quiet_transformers,
     seed_value,
@@ -130,12 +129,10 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--model", help="any Hugging Face causal LM directory")
     p.add_argument("--task", help="default: the run's task (with --checkpoint), else chain")
     p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument(
-        "--n", type=count_up_to(MAX_EVAL_PROBLEMS), help="eval problems (at most 100,000)"
-    )
+    p.add_argument("--n", type=eval_problem_count, help="eval problems (at most 100,000)")
     p.add_argument(
         "--k",
-        type=count_up_to(MAX_EVAL_SAMPLES),
+        type=eval_sample_count,
         help="samples per problem for the sampled accuracy (at most 1,024)",
     )
     p.add_argument("--temperature", type=float)

@@ -17,10 +17,9 @@ import sys
 from pathlib import Path
 
 from creditbench.tools.cli.common import (
-    MAX_RESPONSES,
     add_set_option,
-    count_up_to,
     quiet_transformers,
+    response_count,
     set_threads,
     thread_count,
     usage_error,
@@ -134,7 +133,7 @@ def add_explain_command(subparsers) -> None:
     p.add_argument("--methods", help="comma-separated methods, side by side on one fresh batch")
     p.add_argument(
         "--responses",
-        type=count_up_to(MAX_RESPONSES),
+        type=response_count,
         default=3,
         help="failed responses to draw (default 3, at most 10,000)",
     )

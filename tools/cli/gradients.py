@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 
 from creditbench.tools.cli.common import (
-    MAX_BATCHES,
     add_set_option,
-    count_up_to,
+    batch_count,
     quiet_transformers,
     set_threads,
     thread_count,
@@ -52,7 +51,7 @@ def add_gradients_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--batches",
-        type=count_up_to(MAX_BATCHES),
+        type=batch_count,
         default=12,
         help="batches (default 12, at most 10,000)",
     )

@@ -17,7 +17,7 @@ import argparse
 import importlib.util
 
 from creditbench.methods.registry import UnknownMethodError, get_method, list_methods, method_origin
-from creditbench.tools.cli.common import MAX_EXAMPLES, count_up_to, usage_error
+from creditbench.tools.cli.common import example_count, usage_error
 
 TEST_PACKAGES = ("pytest", "hypothesis")
 
@@ -91,7 +91,7 @@ def add_method_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("names", nargs="+", metavar="NAME", help="a registered method")
     p.add_argument(
         "--max-examples",
-        type=count_up_to(MAX_EXAMPLES),
+        type=example_count,
         default=100,
         help="random batches per check (default 100, at most 100,000; the same ones on every run)",
     )

@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 
 from creditbench.tools.cli.common import (
-    MAX_REPEATS,
     add_set_option,
-    count_up_to,
     quiet_transformers,
+    repeat_count,
     set_threads,
     thread_count,
     unknown_method,
@@ -63,7 +62,7 @@ def add_perf_command(sub: argparse._SubParsersAction) -> None:
     add_set_option(p)
     p.add_argument(
         "--repeats",
-        type=count_up_to(MAX_REPEATS),
+        type=repeat_count,
         default=3,
         help="steps per median (default 3, at most 1,000)",
     )

@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 
 from creditbench.tools.cli.common import (
-    MAX_EVAL_PROBLEMS,
-    MAX_OPTIMIZER_STEPS,
-    count_up_to,
+    eval_problem_count,
+    optimizer_step_count,
     positive_int,
     resample_count,
     usage_error,
@@ -85,12 +84,12 @@ def add_reproduce_commands(subparsers) -> None:
     p.add_argument("--budget", type=float, help="FLOPs per run, instead of the planned budget")
     p.add_argument(
         "--steps",
-        type=count_up_to(MAX_OPTIMIZER_STEPS),
+        type=optimizer_step_count,
         help="paper: optimizer steps per run (at most 1,000,000)",
     )
     p.add_argument(
         "--n-eval",
-        type=count_up_to(MAX_EVAL_PROBLEMS),
+        type=eval_problem_count,
         help="evaluation problems (eval.n_problems; at most 100,000)",
     )
     p.add_argument(

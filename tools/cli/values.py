@@ -9,16 +9,15 @@ import argparse
 from pathlib import Path
 
 from creditbench.tools.cli.common import (
-    MAX_BATCHES,
-    MAX_STATES,
-    MAX_VALUE_SAMPLES,
     add_set_option,
-    count_up_to,
+    batch_count,
     not_a_regular_file,
     quiet_transformers,
     set_threads,
+    state_count,
     thread_count,
     usage_error,
+    value_sample_count,
 )
 
 
@@ -68,19 +67,19 @@ def add_values_command(sub: argparse._SubParsersAction) -> None:
     add_set_option(p)
     p.add_argument(
         "--batches",
-        type=count_up_to(MAX_BATCHES),
+        type=batch_count,
         default=2,
         help="batches (default 2, at most 10,000)",
     )
     p.add_argument(
         "--states",
-        type=count_up_to(MAX_STATES),
+        type=state_count,
         default=120,
         help="states per batch (default 120, at most 100,000)",
     )
     p.add_argument(
         "--samples",
-        type=count_up_to(MAX_VALUE_SAMPLES),
+        type=value_sample_count,
         default=256,
         help="continuations a state (256, at most 65,536)",
     )

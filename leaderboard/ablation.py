@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from .claims import COMPUTE, SAMPLES, axis_reading, gain_text, paired_gain, row_seeds, world_table
-from .gains import Gain, gain
+from .gains import Gain
 
 START = "<!-- ablation: computed from the records; do not edit -->"
 END = "<!-- /ablation -->"
@@ -111,16 +111,19 @@ def _shared_seeds(runs: pd.DataFrame, column: str, setting: str, rows: Sequence[
     return sorted(seeds or ())
 
 
-def _read(
-    runs: pd.DataFrame, column: str, setting: str, row: str, below: str, seeds, reps: int
-) -> tuple[Gain | None, str]:
-    """``row`` over ``below`` paired by seed, on ``seeds`` where given (the ladder's shared
-    seeds), else on the seeds the two share."""
-    if not seeds:
-        return paired_gain(runs, column, setting, row, below, reps)
-    mine = row_seeds(runs, setting, row, column).loc[seeds]
-    theirs = row_seeds(runs, setting, below, column).loc[seeds]
-    return gain((mine - theirs).to_numpy(), reps=reps), ""
+def _steps(
+    runs: pd.DataFrame, column: str, ladder: Sequence[Rung], setting: str, reps: int
+) -> tuple[list[Step], Step, int]:
+    """:func:`ladder_steps` on one axis's reading (``runs``, ``column``)."""
+    seeds = _shared_seeds(runs, column, setting, [rung.row for rung in ladder])
+
+    def step(rung: Rung, below: str) -> Step:
+        return Step(
+            rung, below, *paired_gain(runs, column, setting, rung.row, below, reps, only=seeds)
+        )
+
+    steps = [step(rung, below.row) for below, rung in zip(ladder, ladder[1:], strict=False)]
+    return steps, step(ladder[-1], ladder[0].row), len(seeds)
 
 
 def ladder_steps(
@@ -130,17 +133,7 @@ def ladder_steps(
     and how many seeds every rung shares (0: each cell read on its own pairs); None where the
     records do not measure ``axis`` in ``setting``."""
     reading = axis_reading(table, setting, axis)
-    if reading is None:
-        return None
-    runs, column = reading
-    seeds = _shared_seeds(runs, column, setting, [rung.row for rung in ladder])
-    steps = [
-        Step(rung, below.row, *_read(runs, column, setting, rung.row, below.row, seeds, reps))
-        for below, rung in zip(ladder, ladder[1:], strict=False)
-    ]
-    top, bottom = ladder[-1], ladder[0].row
-    total = Step(top, bottom, *_read(runs, column, setting, top.row, bottom, seeds, reps))
-    return steps, total, len(seeds)
+    return None if reading is None else _steps(*reading, ladder, setting, reps)
 
 
 def _cell(step: Step, words: dict[str, str] | None = None) -> str:
@@ -234,16 +227,16 @@ def ladder_block(
     for setting in SETTINGS:
         for axis in (COMPUTE, SAMPLES):
             label = f"{setting} · {AXIS_WORDS[axis]}"
-            read = ladder_steps(table, ladder, setting, axis, reps=reps)
-            if read is None:
+            reading = axis_reading(table, setting, axis)
+            if reading is None:
                 lines.append(f"| {label} |" + " axis not measured |" * len(header))
                 continue
-            steps, total, shared = read
+            runs, column = reading
+            steps, total, shared = _steps(runs, column, ladder, setting, reps)
             if shared:
                 label += f", the {shared} seeds every rung shares"
             cells = [_cell(step) for step in steps] + [_cell(total, TOTAL_WORDS)]
             if beside:
-                runs, column = axis_reading(table, setting, axis)  # type: ignore[misc]
                 side = paired_gain(runs, column, setting, beside[0], beside[1], reps)
                 cells.append(_cell(Step(ladder[-1], beside[1], *side), TOTAL_WORDS))
             lines.append(f"| {label} | " + " | ".join(cells) + " |")

@@ -179,13 +179,23 @@ def steps_as_samples(table: pd.DataFrame, claim: Claim, setting: str) -> tuple[b
 
 
 def paired_gain(
-    runs: pd.DataFrame, column: str, setting: str, row: str, baseline: str, reps: int
+    runs: pd.DataFrame,
+    column: str,
+    setting: str,
+    row: str,
+    baseline: str,
+    reps: int,
+    *,
+    only: Sequence[int] = (),
 ) -> tuple[Gain | None, str]:
     """``(gain of row over baseline in ``column`` of ``runs``, paired by seed, "")``, or
-    ``(None, why)`` without a seed pair in ``setting``."""
+    ``(None, why)`` without a seed pair in ``setting``; on the seeds of ``only`` where given
+    (a set several readings share), else on every seed the two rows share."""
     mine = row_seeds(runs, setting, row, column)
     theirs = row_seeds(runs, setting, baseline, column)
     seeds = mine.index.intersection(theirs.index)
+    if len(only):
+        seeds = seeds.intersection(pd.Index(only))
     if len(seeds) == 0:
         missing = [r for r, s in ((row, mine), (baseline, theirs)) if s.empty]
         why = "no runs of " + " and ".join(missing) if missing else "no seed in common"

@@ -84,14 +84,6 @@ def seed_value(text: str) -> int:
 MAX_REPS = 100_000
 
 
-def resample_count(text: str) -> int:
-    """An argparse type for ``--reps``: bootstrap resamples, 1 to :data:`MAX_REPS`."""
-    value = positive_int(text)
-    if value > MAX_REPS:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_REPS:,} (got {value:,})")
-    return value
-
-
 def count_up_to(most: int):
     """An argparse type for a count of work (problems, samples, steps, repeats): an integer from
     1 to ``most``. A mistyped 10**12 was accepted and ran until killed; each caller's bound says
@@ -122,7 +114,9 @@ MAX_EXAMPLES = 100_000  # ours: conformance's 100 random batches a check, 1,000 
 MAX_RESPONSES = 10_000  # ours: explain draws 3 failed responses by default, each printed
 
 
-# The flags' bounded count types, built once here, so that a parser only names its type
+# The flags' bounded count types, built once here, so that a parser only names its type;
+# resample_count is every --reps: bootstrap resamples
+resample_count = count_up_to(MAX_REPS)
 eval_problem_count = count_up_to(MAX_EVAL_PROBLEMS)
 eval_sample_count = count_up_to(MAX_EVAL_SAMPLES)
 value_sample_count = count_up_to(MAX_VALUE_SAMPLES)

@@ -77,6 +77,10 @@ def test_the_wall_time_is_the_last_run_to_end_on_the_workers():
     assert expected_wall(suite, estimates, workers=1) == 300.0
     assert expected_wall(suite * 3, estimates, workers=2) == 540.0  # each worker the next run
     assert expected_wall(suite, {}, workers=2) == 0.0
+    # a plan none of whose runs is measured has no expected cost, not a cost of nothing
+    nothing_known = describe_plan(suite, {}, workers=2)
+    assert "not known; none of the 2 runs is measured" in nothing_known
+    assert "core-hours" not in nothing_known
     assert "about 2.0 hours on 1 workers" in describe_plan(
         suite, {"a-short-s0": 3600.0, "a-long-s0": 3600.0}, workers=1
     )
@@ -106,7 +110,8 @@ def test_the_dry_run_prints_each_runs_expected_minutes_from_a_timings_source(
     argv = ["bench", "--suite", "quick", "--results", str(results), "--dry-run"]
     assert main([*argv, "--only", "chain-grpo-s0", "--only", "chain-oracle-s0"]) == 0
     out = capsys.readouterr().out
-    assert out.count("not measured") == 3 and "2 runs not measured" in out
+    assert out.count("not measured") == 2 and "none of the 2 runs is measured" in out
+    assert "core-hours" not in out  # nothing measured is not a plan that costs nothing
 
     timings = tmp_path / "runs.csv"
     header = "run,kind,method,task,options,setting,seed,config,wall_seconds,budget_fraction,"

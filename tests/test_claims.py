@@ -313,3 +313,75 @@ def test_a_variant_row_two_cards_compare_is_planned_once():
     oppo = load_cards()["oppo"]
     once, twice = own_rows_manifest([oppo]), own_rows_manifest([oppo, oppo])
     assert twice == once and len(once["runs"]) == 30  # teacher, DAPO, DAPO + teacher: 10 seeds
+
+
+def tuned_gtpo_suite(tmp_path):
+    """Protocol 2's tuned suite (the tuning script's writer) with GTPO at a chosen lr and
+    option of its own, as a file; GTPO's card compares GRPO-S, a row the board does not run."""
+    import yaml
+
+    from creditbench.tools.campaign.tuning import tuned_suite
+    from creditbench.tools.campaign.tuning_rule import Config
+    from creditbench.tools.suite import load_suite, suite_path
+
+    choices = {m: Config(m, 5e-5) for m in ("grpo", "oracle", "dapo", "forking")}
+    choices["gtpo"] = Config("gtpo", 1.5e-4, (("eps_high", 0.3),))
+    suite = tuned_suite(load_suite(suite_path("standard")), choices, horizon=160)
+    path = tmp_path / "standard-tuned.yaml"
+    path.write_text(yaml.safe_dump(suite, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_on_a_tuned_suite_a_claims_own_row_runs_at_its_methods_choice_in_both_settings(tmp_path):
+    """docs/testbed.md, protocol 2's claims' own rows: GRPO-S at GTPO's chosen lr and options
+    (then its own), in every setting of the suite, where the frozen suite plans hard only."""
+    from creditbench.reference.cards import load_cards
+    from creditbench.tools.reproduce.claims import claim_runs
+
+    card = load_cards()["gtpo"]
+    runs = claim_runs(card, suite=str(tuned_gtpo_suite(tmp_path)))
+    own = [r for r in runs if r.entry == "grpo_s"]
+    assert {r.label.split("-")[1] for r in own} == {"hard", "easy"} and len(own) == 20
+    for run in own:
+        assert run.method == "gtpo"
+        assert {"train.lr=0.00015", "method_options.eps_high=0.3"} <= set(run.overrides)
+        assert 'method_options.level="sequence"' in run.overrides
+    (board_gtpo,) = {tuple(r.overrides) for r in runs if r.entry == "gtpo" and r.seed == 0
+                     and "-hard-" in r.label}  # fmt: skip
+    assert "train.lr=0.00015" in board_gtpo  # a board row runs at its own entry too
+    frozen = [r for r in claim_runs(card) if r.entry == "grpo_s"]
+    assert {r.label.split("-")[1] for r in frozen} == {"hard"}
+    assert "train.lr=5e-05" in frozen[0].overrides  # the frozen suite's one lr
+
+
+def test_on_a_tuned_suite_the_claims_run_at_the_seeds_their_method_runs_there(tmp_path, capsys):
+    """The easy-seeds rule gave GTPO five easy seeds: GRPO-S runs those five there, and the
+    board's rows missing from the records are not trained by reproduce; the frozen suite
+    still runs every seed the records lack."""
+    from creditbench.reference.cards import load_cards
+    from creditbench.tools.reproduce.claims import planned_runs, reproduce_claims
+
+    card = load_cards()["gtpo"]
+    suite = str(tuned_gtpo_suite(tmp_path))
+    every = planned_runs(card, suite, set())
+    records = tmp_path / "protocol-2"
+    held = set()
+    for run in every:
+        if run.entry == "grpo_s" or ("-easy-" in run.label and run.seed >= 5):
+            continue
+        steps = 10 if "-hard-" in run.label else 8  # a setting's runs differ from another's
+        make_run(records, run.name, run.method, run.seed, steps=steps)
+        held.add(run.name)
+    planned = planned_runs(card, suite, held)
+    own = sorted((r.label.split("-")[1], r.seed) for r in planned if r.entry == "grpo_s")
+    assert own == sorted([("easy", s) for s in range(5)] + [("hard", s) for s in range(10)])
+    assert {r.name for r in planned if r.entry != "grpo_s"} == held
+
+    code = reproduce_claims(
+        card, results=tmp_path / "mine", records=[str(records)], dry_run=True, suite=suite
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "15 to run" in out and "standard-tuned suite" in out
+    listed = [line.split()[-1] for line in out.splitlines() if line.startswith("  [   run]")]
+    assert len(listed) == 15 and all("-grpo_s-s" in name for name in listed)
+    assert not any("-easy-" in name and name.endswith(("-s5", "-s9")) for name in listed)

@@ -234,6 +234,22 @@ def test_default_scale_without_a_gpu_is_cpu(monkeypatch, capsys):
     assert "known: " in capsys.readouterr().err
 
 
+def test_a_suite_or_records_beside_a_recipe_that_reads_neither_is_refused(monkeypatch, capsys):
+    """--suite and --records pick the claims' suite and records: a quick look (its own recipe)
+    and the paper scale read neither, so asking for them is an error, not a flag ignored."""
+    monkeypatch.setattr(rp, "probe_environment", lambda packages=(): NO_GPU)
+    quick = ["reproduce", "dapo", "--dry-run", "--minutes", "5"]
+    for flag in ("--suite", "--records"):
+        assert main([*quick, flag, "standard"]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag}: only for the claims on a suite" in err and len(err.splitlines()) == 1
+        argv = ["reproduce", "dapo", "--scale", "paper", "--dry-run", flag, "standard"]
+        assert main(argv) == 2
+        assert f"{flag}: only with --scale cpu" in capsys.readouterr().err
+    assert main(["reproduce", "dapo", "--dry-run", "--suite", "no-such-suite"]) == 2
+    assert "unknown suite 'no-such-suite'" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------------------------
 # The CPU plan
 

@@ -255,7 +255,7 @@ def test_the_ablation_rows_run_at_otbs_choice_each_with_its_rungs_change(tmp_pat
 
 def test_stage_twos_plan_pins_every_configuration_and_loads_as_a_campaign(tmp_path):
     from creditbench.tools.campaign.plan import load_plan
-    from creditbench.tools.campaign.tuning import stage2_plan
+    from creditbench.tools.campaign.tuning_plans import stage2_plan
     from creditbench.tools.campaign.worktrees import resolve_commit
     from creditbench.tools.suite import load_suite, suite_path
 
@@ -297,6 +297,19 @@ def test_stage_twos_plan_arguments_are_checked_before_anything_is_written(tmp_pa
         ["stage2", records, "--out", str(tmp_path / "s.yaml"), "--pin", "HEAD"],
         ["table", records, "--out", str(tmp_path / "t.md"), "--plan", str(plan), "--pin", "HEAD"],
         ["tuned", records, "--out", str(tmp_path / "s.yaml"), "--ablations-plan", str(plan)],
+        ["tuned", records, "--out", str(tmp_path / "s.yaml"), "--claims-plan", str(plan)],
+        [
+            "stage2",
+            records,
+            "--out",
+            str(tmp_path / "s.yaml"),
+            "--claims-plan",
+            str(plan),
+            "--plan",
+            str(plan),
+            "--pin",
+            "HEAD",
+        ],  # fmt: skip
     ):
         with pytest.raises(SystemExit) as exited:
             main(argv)
@@ -310,12 +323,14 @@ def test_protocol_twos_plans_follow_its_rule_and_load_as_campaigns(tmp_path):
     records apart from the published board's; the ablation rows on hard and easy 0-9."""
     from creditbench.leaderboard.ablation import OTB_LADDER
     from creditbench.tools.campaign.plan import load_plan
-    from creditbench.tools.campaign.tuning import ablation_suite, protocol2_plans
+    from creditbench.tools.campaign.tuning import ablation_suite
+    from creditbench.tools.campaign.tuning_plans import protocol2_plans
     from creditbench.tools.campaign.worktrees import resolve_commit
     from creditbench.tools.suite import load_suite, suite_path
 
     choices = {"otb": Config("otb", 5e-5), "grpo": Config("grpo", 5e-5),
-               "oracle": Config("oracle", 5e-5), "dapo": Config("dapo", 1.5e-4)}  # fmt: skip
+               "oracle": Config("oracle", 5e-5), "dapo": Config("dapo", 1.5e-4),
+               "gtpo": Config("gtpo", 1.5e-4), "forking": Config("forking", 5e-5)}  # fmt: skip
     suite = tuned_suite(load_suite(suite_path("standard")), choices, horizon=160)
     ablations = ablation_suite(suite, choices, OTB_LADDER)
     files = {}
@@ -325,18 +340,18 @@ def test_protocol_twos_plans_follow_its_rule_and_load_as_campaigns(tmp_path):
     head = resolve_commit("HEAD")
     texts = protocol2_plans(str(files["tuned"]), suite, str(files["ablations"]), ablations, head)
     loaded = []
-    for name, text in zip(("board", "ablation-rows"), texts, strict=True):
+    for name, text in zip(("board", "ablation-rows", "claims-rows"), texts, strict=True):
         (tmp_path / f"{name}.yaml").write_text(text)
         loaded.append(load_plan(tmp_path / f"{name}.yaml"))
-    board, rows = loaded
-    assert board.pins == {head: ("grpo", "oracle", "dapo", "otb")}
+    board, rows, claims = loaded
+    assert board.pins == {head: ("grpo", "oracle", "dapo", "forking", "gtpo", "otb")}
     phases = [(p.setting, p.seeds[0], p.seeds[-1], p.methods, p.rule) for p in board.phases]
     assert phases == [
         ("hard", 0, 9, ("grpo", "oracle"), ""),
         ("easy", 0, 4, ("grpo", "oracle"), ""),
-        ("hard", 0, 9, ("grpo", "oracle", "dapo", "otb"), ""),
-        ("easy", 0, 4, ("grpo", "oracle", "dapo", "otb"), ""),
-        ("easy", 5, 9, ("grpo", "oracle", "dapo", "otb"), "easy-seeds"),
+        ("hard", 0, 9, ("grpo", "oracle", "dapo", "forking", "gtpo", "otb"), ""),
+        ("easy", 0, 4, ("grpo", "oracle", "dapo", "forking", "gtpo", "otb"), ""),
+        ("easy", 5, 9, ("grpo", "oracle", "dapo", "forking", "gtpo", "otb"), "easy-seeds"),
         ("hard", 10, 19, ("grpo", "oracle"), ""),
         ("easy", 10, 19, ("grpo", "oracle"), ""),
     ]
@@ -345,6 +360,18 @@ def test_protocol_twos_plans_follow_its_rule_and_load_as_campaigns(tmp_path):
     assert rows.pins == {head: ("otb_norm", "otb_uniform")}
     assert rows.board.as_posix().endswith("docs/results/protocol-2-ablations")
     assert sum(len(rows.runs_of(p)) for p in rows.phases) == 2 * 2 * 10
+    # the claims' own rows: GTPO's card (the suite has no OPPO to host OPPO's), on the tuned
+    # suite by reproduce --suite, into records of their own, the board's read for the seeds
+    assert claims.pins == {head: ("gtpo",)} and [p.reproduce for p in claims.phases] == ["gtpo"]
+    assert claims.board == board.board
+    assert claims.claims_rows.as_posix().endswith("docs/results/protocol-2-claims-rows")
+    from creditbench.tools.campaign.run import phase_steps, step_argv
+
+    (step,), waits = phase_steps(claims, claims.phases[0], [tmp_path / "no-records-yet"])
+    assert not waits and {r.entry for r in step.runs} == {"grpo_s"} and len(step.runs) == 20
+    argv = step_argv(claims, claims.phases[0], step, tmp_path / "work", workers=2, threads=1)
+    assert argv[:2] == ["reproduce", "gtpo"]
+    assert argv[argv.index("--suite") + 1] == str(files["tuned"])
 
 
 def test_the_tuned_command_writes_the_board_and_ablation_suites_from_complete_records(

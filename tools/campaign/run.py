@@ -62,7 +62,8 @@ def phase_steps(plan: Plan, phase: Phase, sources: list[Path]) -> tuple[list[Ste
     """The steps of ``phase`` in the pins' order, and why it waits ("" when it does not):
     a rule phase waits while the records in ``sources`` cannot tell the rows it chooses."""
     if phase.reproduce:
-        return [Step(plan.commit_of(phase.reproduce), (phase.reproduce,), own_rows(phase))], ""
+        runs = own_rows(plan, phase, sources)
+        return [Step(plan.commit_of(phase.reproduce), (phase.reproduce,), runs)], ""
     methods = phase.methods
     if phase.rule:
         from creditbench.tools.campaign.easy_seeds import chosen
@@ -80,13 +81,16 @@ def phase_steps(plan: Plan, phase: Phase, sources: list[Path]) -> tuple[list[Ste
     return steps, ""
 
 
-def own_rows(phase: Phase) -> list:
-    """The runs a ``reproduce`` phase trains: its card's rows the board does not run."""
+def own_rows(plan: Plan, phase: Phase, sources: list[Path]) -> list:
+    """The runs a ``reproduce`` phase trains: its card's rows the board does not run, on the
+    plan's suite (at their method's seeds in ``sources`` where it is not the standard one)."""
     from creditbench.reference.cards import load_cards
-    from creditbench.tools.reproduce.claims import claim_runs, on_the_board
+    from creditbench.tools.reproduce.claims import on_the_board, planned_runs
 
     card = load_cards()[phase.reproduce]
-    return [run for run in claim_runs(card) if not on_the_board(card, run.entry)]
+    names = {n for src in sources for n in (*finished_runs(src), *committed_runs(src))}
+    runs = planned_runs(card, plan.suite, names)
+    return [run for run in runs if not on_the_board(card, run.entry)]
 
 
 def step_argv(plan: Plan, phase: Phase, step: Step, work: Path, workers: int, threads: int):
@@ -97,6 +101,10 @@ def step_argv(plan: Plan, phase: Phase, step: Step, work: Path, workers: int, th
         argv += ["--records", str(work / "results")]  # a wiped machine skips the records' runs
         if (work / "claims-rows").is_dir():
             argv += ["--records", str(work / "claims-rows")]
+        from creditbench.tools.reproduce.claims import SUITE
+
+        if plan.suite != SUITE:  # a pinned commit before --suite runs the standard one alone
+            argv += ["--suite", plan.suite]
         return [*argv, "--workers", str(workers)]
     argv = ["bench", "--suite", plan.suite, "--results", str(work / "results")]
     argv += ["--workers", str(workers), "--threads", str(threads)]

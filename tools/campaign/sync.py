@@ -126,7 +126,7 @@ def _render(plan: Plan) -> None:
         from creditbench.reference.cards import load_cards
         from creditbench.tools.reproduce.claims import own_rows_manifest
 
-        manifest = own_rows_manifest(load_cards().values())
+        manifest = own_rows_manifest(load_cards().values(), plan.suite, committed_runs(plan.board))
         text = json.dumps(manifest, indent=1) + "\n"
         atomic_write_text(plan.claims_rows / f"suite-{manifest['suite']}.json", text)
         run(*cli, "leaderboard", plan.claims_rows, "--records-only")

@@ -6,7 +6,8 @@ the tuned board's suite and OTB's ablation rows' suite (docs/testbed.md, "The tu
     python -m creditbench.tools.campaign.tuning table RECORDS --out RECORDS/tuning.md
     python -m creditbench.tools.campaign.tuning tuned RECORDS --out tools/suites/standard-tuned.yaml
         [--ablations tools/suites/otb-ablation.yaml] [--plan tools/campaigns/protocol-2.yaml
-        [--ablations-plan tools/campaigns/protocol-2-ablations.yaml] --pin COMMIT]
+        [--ablations-plan tools/campaigns/protocol-2-ablations.yaml]
+        [--claims-plan tools/campaigns/protocol-2-claims-rows.yaml] --pin COMMIT]
 
 The choices themselves are made by :mod:`.tuning_rule` from the records. ``stage2`` writes stage
 2's suite (:func:`stage2_suite`) and, with ``--plan``, its campaign plan; ``table`` the tuning
@@ -14,7 +15,7 @@ table. Once every method's five configurations are in, ``tuned``
 writes the board's suite at the chosen configurations (:func:`tuned_suite`), and with
 ``--ablations`` the suite of OTB's ablation rows at OTB's chosen configuration
 (:func:`ablation_suite`, docs/testbed.md, "OTB's ablation rows"), and with ``--plan`` protocol
-2's campaign plans (:func:`protocol2_plans`, docs/testbed.md, "Protocol 2's board"). Every
+2's campaign plans (:mod:`.tuning_plans`, docs/testbed.md, "Protocol 2's board"). Every
 plan's paths and pin are checked before anything is written.
 """
 
@@ -25,6 +26,7 @@ import statistics
 import sys
 from typing import Any
 
+from creditbench.tools.campaign.tuning_plans import plan_paths, protocol2_plans, stage2_plan
 from creditbench.tools.campaign.tuning_rule import (
     TUNING_SEEDS,
     Config,
@@ -143,35 +145,6 @@ def stage2_suite(stage1_suite: dict[str, Any], configs: list[Config]) -> dict[st
     return suite
 
 
-def stage2_plan(suite_file: str, suite: dict[str, Any], records: str, commit: str) -> str:
-    """Stage 2's campaign plan (docs/campaign.md): every configuration of ``suite`` (written to
-    ``suite_file``, relative to the repository) pinned to ``commit``, on the tuning seeds in
-    the hard setting, its runs kept in ``records`` beside stage 1's, whose tuning table its sync
-    renders again."""
-    import yaml
-
-    names = [entry["name"] for entry in suite["methods"]]
-    plan = {
-        "description": (
-            f"Stage 2 of the tuning rule (docs/testbed.md): two more configurations a method (a "
-            f"scale-tied knob's two alternatives at its stage-1 lr, or that lr a quarter-decade "
-            f"either side), hard setting, tuning seeds {TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]} "
-            f"({len(names) * len(TUNING_SEEDS)} runs), from one clean commit later than stage "
-            "1's (the rule's note on stage 2)."
-        ),
-        "suite": suite_file,
-        "records": {"board": records},
-        "pages": {"tuning": f"{records}/tuning.md"},
-        "pins": {commit: names},
-        "phases": [{"setting": "hard", "seeds": f"{TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]}"}],
-    }
-    head = (
-        "# The tuning rule's stage 2, written with its suite by tools/campaign/tuning.py from "
-        "stage 1's records:\n# `creditbench campaign tuning-stage2 --dry-run`.\n"
-    )
-    return head + yaml.safe_dump(plan, sort_keys=False, width=100)
-
-
 def tuning_table(
     aucs: dict[Config, list[float]],
     methods: list[str],
@@ -221,87 +194,6 @@ def tuning_table(
     return "\n".join(lines) + "\n"
 
 
-# protocol 2's board (docs/testbed.md, "Protocol 2's board"): the scale's two ends run first,
-# and its records stay apart from the published board's until its whole plan is in
-SCALE_ENDS = ("grpo", "oracle")
-PROTOCOL2_RECORDS = "docs/results/protocol-2"
-PROTOCOL2_ABLATIONS = "docs/results/protocol-2-ablations"
-
-
-def protocol2_plans(
-    suite_file: str,
-    suite: dict[str, Any],
-    ablation_file: str,
-    ablations: dict[str, Any],
-    commit: str,
-) -> tuple[str, str]:
-    """The campaign plans of protocol 2's board and of OTB's ablation rows (docs/testbed.md,
-    "Protocol 2's board"), each pinned to ``commit``: the board's phases in the rule's order
-    (GRPO and the oracle first, every method's hard seeds, the easy seeds 0-4, the easy-seeds
-    rule's 5-9, the confirmatory 10-19 of GRPO and the oracle); the ablation rows at hard seeds
-    0-9 and easy seeds 0-9 (the ladder reads the seeds its rungs share). The claims' own rows
-    are not in it: ``reproduce`` reads the frozen suite."""
-    import yaml
-
-    names = [entry["name"] for entry in suite["methods"]]
-    ends = [name for name in SCALE_ENDS if name in names]
-    board = {
-        "description": (
-            "Protocol 2's board (docs/testbed.md): every method at the tuning rule's chosen "
-            "configuration, with the equal-samples evaluations, from one clean commit; its "
-            "records stay apart from the published board's until the whole plan is in."
-        ),
-        "suite": suite_file,
-        "records": {"board": PROTOCOL2_RECORDS},
-        "pins": {commit: ends + [name for name in names if name not in ends]},
-        "phases": [
-            {"setting": "hard", "seeds": "0-9", "methods": ends},
-            {"setting": "easy", "seeds": "0-4", "methods": ends},
-            {"setting": "hard", "seeds": "0-9"},
-            {"setting": "easy", "seeds": "0-4"},
-            {"setting": "easy", "seeds": "5-9", "rule": "easy-seeds"},
-            {"setting": "hard", "seeds": "10-19", "methods": ends},
-            {"setting": "easy", "seeds": "10-19", "methods": ends},
-        ],
-    }
-    rows = [entry["name"] for entry in ablations["methods"]]
-    ablation = {
-        "description": (
-            "OTB's ablation rows (docs/testbed.md, \"OTB's ablation rows\"), at OTB's chosen "
-            "configuration and protocol 2's settings, after the board's GRPO and OTB rows."
-        ),
-        "suite": ablation_file,
-        "records": {"board": PROTOCOL2_ABLATIONS},
-        "pins": {commit: rows},
-        "phases": [{"setting": "hard", "seeds": "0-9"}, {"setting": "easy", "seeds": "0-9"}],
-    }
-    head = "# Written with its suite by tools/campaign/tuning.py from the tuning records.\n"
-    return tuple(  # type: ignore[return-value]
-        head + yaml.safe_dump(plan, sort_keys=False, width=100) for plan in (board, ablation)
-    )
-
-
-def plan_paths(paths: dict[str, str], pin: str) -> tuple[dict[str, str], str]:
-    """``paths`` (flag -> path) relative to the repository, as a plan names them (it reads its
-    paths from its root), and the full id of the commit ``pin``; ValueError naming the argument
-    that cannot be."""
-    from pathlib import Path
-
-    from creditbench.tools.campaign.worktrees import REPOSITORY, CheckoutError, resolve_commit
-
-    named = {}
-    for flag, value in paths.items():
-        path = Path(value).resolve()
-        if not path.is_relative_to(REPOSITORY):
-            raise ValueError(f"{flag}: {value} lies outside the repository, where a plan reads")
-        named[flag] = path.relative_to(REPOSITORY).as_posix()
-    try:
-        commit = resolve_commit(pin)
-    except CheckoutError as err:
-        raise ValueError(f"--pin: {err}") from None
-    return named, commit
-
-
 def main(argv: list[str] | None = None) -> int:
     import yaml
 
@@ -322,12 +214,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ablations-plan", help="with tuned and --ablations: the ablation rows' campaign plan"
     )
+    parser.add_argument(
+        "--claims-plan", help="with tuned and --plan: the claims' own rows' campaign plan"
+    )
     parser.add_argument("--pin", help="with a plan: the clean commit its runs come from")
     args = parser.parse_args(argv)
     if args.ablations and args.action != "tuned":
         parser.error("--ablations: with tuned only")
     if args.ablations_plan and not (args.ablations and args.plan):
         parser.error("--ablations-plan: with tuned, --ablations and --plan")
+    if args.claims_plan and not (args.action == "tuned" and args.plan):
+        parser.error("--claims-plan: with tuned and --plan")
     if (args.plan or args.pin) and (args.action == "table" or not (args.plan and args.pin)):
         parser.error("--plan and --pin: with stage2 or tuned, both together")
     paths = {"--out": args.out, "RECORDS": args.records}
@@ -372,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_text(args.plan, plans[0])
             if args.ablations_plan:
                 atomic_write_text(args.ablations_plan, plans[1])
+            if args.claims_plan:
+                atomic_write_text(args.claims_plan, plans[2])
         return 0
     try:
         chosen = {m: stage1_best(aucs, m) for m in methods}

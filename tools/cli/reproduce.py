@@ -44,6 +44,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             reps=args.reps,
             engine=args.engine,
             records=args.records,
+            suite=args.suite,
         )
     except ReproduceError as err:
         return usage_error("reproduce", str(err))
@@ -71,9 +72,15 @@ def add_reproduce_commands(subparsers) -> None:
         "--records",
         action="append",
         metavar="SOURCE",
-        help="cpu: the standard suite's records to read before running what they lack "
+        help="cpu: the suite's records to read before running what they lack "
         "(repeatable; default: docs/results/standard and docs/results/claims-rows, "
         "where they exist)",
+    )
+    p.add_argument(
+        "--suite",
+        help="cpu: the claims on this suite (a shipped name or a YAML file) instead of the "
+        "standard one, in each of its settings, each row at its method's entry there "
+        "(protocol 2: tools/suites/standard-tuned.yaml)",
     )
     p.add_argument(
         "--minutes",

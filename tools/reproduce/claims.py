@@ -7,14 +7,21 @@ hard setting (:data:`RUN_SETTINGS`, as the claims' own rows were decided, docs/t
 each claim is read in every setting whose runs the records hold. Most of those runs already
 exist: the committed records of the leaderboard's campaign (``docs/results/standard``, and the
 claims' own rows, ``docs/results/claims-rows``; or any ``--records``) are read, and only the
-runs missing from them are trained, into the results
-folder, with the bench's workers. A card row with options (Teacher-OPPO is ``oppo`` with
-``oracle: teacher``) is not on the leaderboard; its runs get the row's own name and run here.
+runs missing from them are trained, into the results folder, with the bench's workers. A card
+row with options (Teacher-OPPO is ``oppo`` with ``oracle: teacher``) is not on the leaderboard;
+its runs get the row's own name and run here.
+
+Another suite (``--suite``, protocol 2's tuned one) plans the claims in every setting it has,
+each row at its method's entry there (a row with options of its own: its method's options and
+settings, then its own), and, in a setting where the records hold runs of a row's method, at
+that method's seeds there (:func:`at_methods_seeds`: the easy-seeds rule's choice, not the
+suite's ten; the records are read as the whole board, so a board still running gives its rows
+fewer seeds).
 
 The report is the claims table of :mod:`creditbench.leaderboard.claims_page` (each claim read by
-:mod:`creditbench.leaderboard.claims`) over the records and
-the new runs together: the paper's number, the claim's axis, per setting the testbed's paired
-gain on that axis with its intervals and k of n seeds and the verdict, and the caveats.
+:mod:`creditbench.leaderboard.claims`) over the records and the new runs together: the paper's
+number, the claim's axis, per setting the testbed's paired gain on that axis with its intervals
+and k of n seeds and the verdict, and the caveats.
 """
 
 from __future__ import annotations
@@ -51,16 +58,24 @@ def on_the_board(card: Card, name: str) -> bool:
     return row.registry_name == name and not row.options
 
 
-def own_rows_manifest(cards: Iterable[Card]) -> dict:
+def cards_with_own_rows(cards: Iterable[Card]) -> list[Card]:
+    """The cards whose claims compare a row the board does not run."""
+    return [c for c in cards if any(not on_the_board(c, n) for n in claim_rows(c))]
+
+
+def own_rows_manifest(
+    cards: Iterable[Card], suite: str = SUITE, recorded_names: Iterable[str] = ()
+) -> dict:
     """The claims' own rows as a suite manifest (``suite-claims-rows.json`` beside their records,
-    docs/testbed.md "The claims' own rows"): every card's rows the board does not run, at the
-    standard suite's runs in :data:`RUN_SETTINGS`, so the claims page says how many of them
-    its verdicts stand on while they run."""
-    with_own_rows = [c for c in cards if any(not on_the_board(c, n) for n in claim_rows(c))]
+    docs/testbed.md "The claims' own rows"): every card's rows the board does not run, at
+    ``suite``'s runs (:func:`claim_runs`; at their method's seeds in ``recorded_names``, the
+    board's runs), so the claims page says how many of them its verdicts stand on while they
+    run."""
+    recorded_names = set(recorded_names)
     by_name = {  # a variant two cards compare is run once
         run.name: run
-        for card in with_own_rows
-        for run in claim_runs(card)
+        for card in cards_with_own_rows(cards)
+        for run in planned_runs(card, suite, recorded_names)
         if not on_the_board(card, run.entry)
     }
     runs = list(by_name.values())
@@ -71,35 +86,72 @@ def own_rows_manifest(cards: Iterable[Card]) -> dict:
     return suite_manifest(OWN_ROWS, [(run.name, run.label) for run in runs], plan)
 
 
-def claim_runs(card: Card, seeds: int | None = None):
-    """The standard suite's runs of the claims' rows in :data:`RUN_SETTINGS` (module doc);
-    ``seeds``: only the suite's first that many seeds."""
+def claim_runs(card: Card, seeds: int | None = None, suite: str = SUITE):
+    """``suite``'s runs of the claims' rows (module doc): on the standard suite in
+    :data:`RUN_SETTINGS`, on another in each of its settings; ``seeds``: only the suite's first
+    that many seeds."""
     from creditbench.tools.suite import SuiteError, expand_suite, load_suite, suite_path
 
-    path = suite_path(SUITE)
-    suite = load_suite(path)
+    try:
+        path = suite_path(suite)
+        data = load_suite(path)
+    except SuiteError as err:
+        raise ReproduceError(str(err)) from None
+    own_entries = {  # the suite's entry of each method it runs: a name, or a variant of it
+        (e if isinstance(e, str) else e["name"]): e
+        for e in [*data.get("methods", []), *data.get("references", [])]
+    }
     entries: list[str | dict[str, Any]] = []
     for name in claim_rows(card):
         row = card.method_row(name)
         if on_the_board(card, name):
-            entries.append(name)
-        else:
-            entries.append({"name": name, "method": row.registry_name, "options": row.options})
-    suite["methods"], suite["references"] = entries, []
-    suite["tasks"] = [entry for entry in suite["tasks"] if entry.get("label") in RUN_SETTINGS]
+            entries.append(own_entries.get(name, name))
+            continue
+        host = own_entries.get(row.registry_name, row.registry_name)
+        host = {} if isinstance(host, str) else host
+        entry = {"name": name, "method": row.registry_name}
+        entry["options"] = {**host.get("options", {}), **row.options}
+        if host.get("settings"):  # the method's chosen lr, under protocol 2
+            entry["settings"] = dict(host["settings"])
+        entries.append(entry)
+    data["methods"], data["references"] = entries, []
+    if suite == SUITE:
+        data["tasks"] = [entry for entry in data["tasks"] if entry.get("label") in RUN_SETTINGS]
     if seeds is not None:
-        if seeds > len(suite["seeds"]):  # more would take confirmatory seeds into exploration
-            first, last = suite["seeds"][0], suite["seeds"][-1]
+        if seeds > len(data["seeds"]):  # more would take confirmatory seeds into exploration
+            first, last = data["seeds"][0], data["seeds"][-1]
             raise ReproduceError(
-                f"--seeds: the claims run on the {SUITE} suite's {len(suite['seeds'])} seeds "
-                f"({first}-{last}); give at most {len(suite['seeds'])} (got {seeds}). More seeds "
-                f"are a confirmatory set: creditbench bench --suite {SUITE} --seeds 10-19"
+                f"--seeds: the claims run on the {suite} suite's {len(data['seeds'])} seeds "
+                f"({first}-{last}); give at most {len(data['seeds'])} (got {seeds}). More seeds "
+                f"are a confirmatory set: creditbench bench --suite {suite} --seeds 10-19"
             )
-        suite["seeds"] = suite["seeds"][:seeds]
+        data["seeds"] = data["seeds"][:seeds]
     try:
-        return expand_suite(suite, path)
+        return expand_suite(data, path)
     except SuiteError as err:
         raise ReproduceError(str(err)) from None
+
+
+def planned_runs(
+    card: Card, suite: str, recorded_names: set[str], seeds: int | None = None
+) -> list:
+    """The runs the claims stand on (module doc): on the standard suite every run of
+    :func:`claim_runs` (the frozen protocol's rows all run its ten seeds); on another, each at
+    its method's seeds in the records (:func:`at_methods_seeds`, protocol 2's rule)."""
+    runs = claim_runs(card, seeds, suite)
+    return runs if suite == SUITE else at_methods_seeds(runs, recorded_names)
+
+
+def at_methods_seeds(runs: list, recorded_names: set[str]) -> list:
+    """``runs`` (of :func:`claim_runs`) at the seeds their method runs in each setting
+    (docs/testbed.md, protocol 2's claims' own rows): where ``recorded_names`` hold runs of a
+    run's method (its registry name, as the board names its runs: ``LABEL-METHOD-sSEED``) in
+    its setting, only those seeds; where they hold none, every seed of the suite."""
+    held: dict[tuple[str, str], set[int]] = {}
+    for run in runs:
+        if f"{run.label}-{run.method}-s{run.seed}" in recorded_names:
+            held.setdefault((run.label, run.method), set()).add(run.seed)
+    return [r for r in runs if r.seed in held.get((r.label, r.method), {r.seed})]
 
 
 def committed_records() -> list[Path]:
@@ -133,8 +185,9 @@ def reproduce_claims(
     workers: int | None = None,
     dry_run: bool = False,
     reps: int = 2000,
+    suite: str = SUITE,
 ) -> int:
-    """Check ``card``'s claims on the standard suite (module doc); the exit code."""
+    """Check ``card``'s claims on ``suite`` (module doc); the exit code."""
     from creditbench.harness.records.rundir import RunDir
     from creditbench.leaderboard.claims import judge_claim
     from creditbench.leaderboard.claims_page import claims_table, tally
@@ -160,8 +213,8 @@ def reproduce_claims(
         for source in sources:
             if not source.exists():
                 raise ReproduceError(f"--records: {source} does not exist")
-    runs = claim_runs(card, seeds)
     in_records = recorded(sources)
+    runs = planned_runs(card, suite, in_records, seeds)
     finished = {r.name for r in runs if RunDir(results / r.name).is_finished()}
     pending = [r for r in runs if r.name not in in_records | finished]
     estimates = estimate_seconds(runs, measured_seconds([results, *sources]))
@@ -170,7 +223,7 @@ def reproduce_claims(
     where = ", ".join(str(s) for s in sources) or f"none (none given, none at {COMMITTED_RECORDS})"
     found = sum(r.name in in_records for r in runs)
     print(
-        f"{card.id}: {len(card.claims)} claims on the {SUITE} suite: {len(runs)} runs, "
+        f"{card.id}: {len(card.claims)} claims on the {Path(suite).stem} suite: {len(runs)} runs, "
         f"{found} in the records ({where}), {len(finished)} finished in {results}, "
         f"{len(pending)} to run"
     )
@@ -189,8 +242,8 @@ def reproduce_claims(
         [
             f"# {card.title}: the claims on the testbed",
             "",
-            f"The {SUITE} suite's runs of {', '.join(claim_rows(card))}; records: {where}; "
-            f"new runs: {results}.",
+            f"The {Path(suite).stem} suite's runs of {', '.join(claim_rows(card))}; "
+            f"records: {where}; new runs: {results}.",
             "",
             f"**{tally(verdicts)}.**",
             "",

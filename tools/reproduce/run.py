@@ -138,6 +138,7 @@ def reproduce(
     environment: Environment | None = None,
     engine: str = "builtin",
     records: list[str] | None = None,
+    suite: str | None = None,
 ) -> int:
     """Plan, run and report one card; the exit code (0, or 1 when a run failed).
 
@@ -168,6 +169,9 @@ def reproduce(
         raise ReproduceError(f"--seeds: at most {MAX_SEEDS} seeds a method (got {seeds})")
     missing: list[str] = []
     if scale == "paper":
+        for flag, given in (("--records", records), ("--suite", suite)):
+            if given is not None:  # the paper's recipe has no suite and no records to read
+                raise ReproduceError(f"{flag}: only with --scale cpu, for the claims")
         missing = missing_requirements(
             card, model_dir, environment, ignore_hardware=ignore_hardware, engine=engine
         )
@@ -189,7 +193,7 @@ def reproduce(
                 raise ReproduceError(f"{flag}: only with --scale paper (got {value})")
         quick_look = (minutes, flops, n_eval) != (None, None, None) or bool(overrides)
         if card.claims and not quick_look:
-            from creditbench.tools.reproduce.claims import reproduce_claims
+            from creditbench.tools.reproduce.claims import SUITE, reproduce_claims
 
             return reproduce_claims(
                 card,
@@ -199,12 +203,14 @@ def reproduce(
                 workers=workers,
                 dry_run=dry_run,
                 reps=reps,
+                suite=suite or SUITE,
             )
-        if records is not None:
-            raise ReproduceError(
-                "--records: only for the claims on the standard suite (without --minutes, "
-                "--budget, --n-eval and --set)"
-            )
+        for flag, asked in (("--records", records), ("--suite", suite)):
+            if asked is not None:
+                raise ReproduceError(
+                    f"{flag}: only for the claims on a suite (without --minutes, --budget, "
+                    "--n-eval and --set)"
+                )
         plan = cpu_plan(card, seeds=seeds, n_eval=n_eval, overrides=overrides)
         previous = existing_budget(runs_of(plan), folder)
         if previous is not None and flops is None and minutes is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 import zlib
 
 import pytest
@@ -119,6 +120,37 @@ def test_an_injected_error_is_the_first_wrong_step(index, kind, step, seed):
     first = TASK.check_steps(problem, text).wrong[0]
     assert (first.kind, first.step) == (kind, step)
     assert TASK.grade(problem, text).reward == 0.0
+
+
+@given(st.integers(0, 39), st.integers(0, 2**32 - 1), st.sampled_from([0.0, 0.5, 1.0]))
+def test_a_steps_state_is_the_numbers_left_before_it_whatever_pairs_made_them(index, seed, blunder):
+    """GiGPO's anchor states (Task.state_keys): on a trace (every line right, blunders
+    included), the state of line k is the multiset of numbers a replay from the problem's
+    numbers leaves after k lines, however the lines combined them."""
+    task = BLUNDERING[blunder]
+    problem = task.problems("eval")[index]
+    text = task.sample_solution(problem, random.Random(seed))
+    keys = task.state_keys(problem, text)
+    assert len(keys) == len(task.step_spans(text))
+    numbers = tuple(problem.metadata["numbers"])
+    lines = text.split("\n")
+    for k, key in enumerate(keys):
+        assert key == f"{k}:" + " ".join(map(str, sorted(numbers)))
+        if k < len(lines) and not lines[k].startswith("Answer"):
+            a, b, result = (int(x) for x in re.findall(r"\d+", lines[k])[:3])
+            numbers = after_move(numbers, a, b, result)
+
+
+def test_two_pairs_that_leave_the_same_numbers_lead_to_one_state():
+    problem = TASK.make_problem("p", (1, 2, 3, 4), 24)
+    one = "2*1=2 left 3 4 2\n4*3=12 left 2 12\n12*2=24 left 24\nAnswer: 24"
+    other = "3*1=3 left 2 4 3\n4*3=12 left 2 12\n12*2=24 left 24\nAnswer: 24"
+    assert TASK.state_keys(problem, one)[:2] == ["0:1 2 3 4", "1:2 3 4"]
+    assert TASK.state_keys(problem, other)[:2] == ["0:1 2 3 4", "1:2 3 4"]
+    assert TASK.state_keys(problem, "4*1=4 left 2 3 4\nAnswer: 4")[1] == "1:2 3 4"
+    assert TASK.state_keys(problem, "2+1=3 left 3 4 3\nAnswer: 3")[1] == "1:3 3 4"
+    # a line that does not parse leaves the next state unknown
+    assert TASK.state_keys(problem, "2*1=2 so\n4*3=12 left 2 12") == ["0:1 2 3 4", None]
 
 
 @given(st.integers(0, 39), st.text(alphabet=ALPHABET, max_size=80))

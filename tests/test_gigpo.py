@@ -36,28 +36,63 @@ def test_the_chains_state_is_the_step_and_the_value_carried_into_it():
     assert "states" in task.capabilities
 
 
-@pytest.fixture(scope="module")
-def chain_batch():
-    """The responses above as a batch of the chain task, with the harness's text services."""
+def text_batch(task, problems, index: int, responses: list[str], rewards: list[float]):
+    """``responses`` to ``problems[index]`` as one group's batch, with the harness's text
+    services over ``task``."""
     from creditbench.harness.models.bootstrap import task_alphabet
     from creditbench.harness.models.modeling import build_char_tokenizer
     from creditbench.harness.sampling.rollout import pad_layout
     from creditbench.harness.services.text import TaskText
-    from creditbench.harness.tasks import get_task
     from creditbench.methods.contract import PROBLEM_INDEX
+
+    n = len(responses)
+    tokenizer = build_char_tokenizer(task_alphabet(task))
+    tokens = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in responses]
+    tokens = [t + [tokenizer.eos_token_id] for t in tokens]
+    _, _, ids, mask = pad_layout([[1]] * n, tokens, tokenizer.pad_token_id)
+    mask = mask.float()
+    group = torch.zeros(n, dtype=torch.long)
+    batch = RolloutBatch(ids, mask, ids, mask, group, torch.tensor(rewards), mask * 0)
+    batch.extras = {PROBLEM_INDEX: torch.full((n,), index)}
+    return batch, TaskText(task, tokenizer, problems)
+
+
+@pytest.fixture(scope="module")
+def chain_batch():
+    """The responses above as a batch of the chain task, with the harness's text services."""
+    from creditbench.harness.tasks import get_task
 
     task = get_task("chain")
     problems = task.problems("train")
     index = next(i for i, p in enumerate(problems) if p.metadata["start"] == 16)
-    tokenizer = build_char_tokenizer(task_alphabet(task))
-    tokens = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in RESPONSES]
-    tokens = [t + [tokenizer.eos_token_id] for t in tokens]
-    _, _, ids, mask = pad_layout([[1]] * 3, tokens, tokenizer.pad_token_id)
-    mask = mask.float()
-    rewards = torch.tensor([1.0, 0.0, 0.0])
-    batch = RolloutBatch(ids, mask, ids, mask, torch.zeros(3, dtype=torch.long), rewards, mask * 0)
-    batch.extras = {PROBLEM_INDEX: torch.full((3,), index)}
-    return batch, TaskText(task, tokenizer, problems)
+    return text_batch(task, problems, index, RESPONSES, [1.0, 0.0, 0.0])
+
+
+def test_in_each_world_two_paths_to_one_state_share_its_id_at_their_next_line():
+    """Countdown (other pairs, the same numbers left) and the ledger (a fixed slip and no slip)
+    name their own states; through the text services the next line's tokens share one id."""
+    from creditbench.harness.tasks import get_task
+
+    countdown = get_task("countdown")
+    make_24 = countdown.make_problem("p", (1, 2, 3, 4), 24)
+    ledger = get_task("ledger")
+    problem = ledger.problems("eval")[0]
+    clean = ledger.reference_solution(problem).split("\n")
+    first = clean[0].rsplit("=", 1)
+    slipped = f"{first[0]}={(int(first[1]) + 1) % 100}"
+    fixed = f"fix {first[0].split(' ', 1)[-1]}={first[1]}"
+    worlds = [
+        (countdown, make_24, ["2*1=2 left 3 4 2", "3*1=3 left 2 4 3"], "4*3=12 left 2 12"),
+        (ledger, problem, [clean[0], f"{slipped}\n{fixed}"], clean[1]),
+    ]
+    for task, question, paths, next_line in worlds:
+        texts = [f"{path}\n{next_line}\n" for path in paths]
+        batch, text = text_batch(task, [question], 0, texts, [1.0, 0.0])
+        states = torch.where(batch.response_mask > 0, text.state_ids(batch), -1)
+        at_next = [states[i, len(t) - len(next_line) - 1] for i, t in enumerate(texts)]
+        at_first = [states[i, 0] for i in range(2)]
+        assert at_next[0] == at_next[1] >= 0, task.name  # one state, reached two ways
+        assert at_first[0] == at_first[1] != at_next[0], task.name
 
 
 def test_steps_taken_in_one_state_are_compared_with_each_other(chain_batch):

@@ -104,6 +104,38 @@ def test_the_first_uncorrected_step_is_where_a_replay_leaves_the_true_balances_f
 
 
 @given(drawn=responses())
+def test_a_lines_state_is_the_next_item_and_the_balance_written_before_it(drawn):
+    """GiGPO's anchor states (Task.state_keys), against a replay of the written lines: an item
+    line and the fixes after it are taken at the item count so far and the balance the line
+    before wrote; a fixed slip and no slip meet again once the balances agree."""
+    problem, text = drawn
+    expected, done, value = [], 0, problem.metadata["start"]
+    for line in text.split("\n"):
+        if line.startswith("Answer: "):
+            expected.append(f"{done}:{value}")
+            break
+        word, _, _, _, result = LINE.fullmatch(line).groups()
+        expected.append(f"{done}:{value}")  # a fix line redoes the item just counted
+        done += word != "fix "
+        value = int(result)
+    assert TASK.state_keys(problem, text) == expected
+    assert len(expected) == len(TASK.step_spans(text))
+
+
+def test_a_fixed_slip_rejoins_the_clean_responses_state():
+    problem = EVAL[0]
+    clean = TASK.reference_solution(problem).split("\n")
+    word, a, sign, k, result = LINE.fullmatch(clean[0]).groups()
+    slipped = f"{word or ''}{a}{sign}{k}={(int(result) + 1) % 100}"
+    fixed = [slipped, f"fix {a}{sign}{k}={result}", *clean[1:]]
+    clean_keys = TASK.state_keys(problem, "\n".join(clean))
+    fixed_keys = TASK.state_keys(problem, "\n".join(fixed))
+    assert fixed_keys[1] == f"1:{(int(result) + 1) % 100}"  # the fix is taken after the slip
+    assert fixed_keys[2:] == clean_keys[1:]  # then the same states as the clean response
+    assert TASK.state_keys(problem, "so 1+x=3\nAnswer: 3")[1] is None
+
+
+@given(drawn=responses())
 def test_the_answer_is_right_exactly_when_every_wrong_line_was_corrected(drawn):
     problem, text = drawn
     check = TASK.check_steps(problem, text)

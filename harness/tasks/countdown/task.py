@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 
 from creditbench.harness.tasks.base import (
+    STATES,
     STEP_CHECK,
     STEPS,
     TEACHER,
@@ -25,7 +26,15 @@ from creditbench.harness.tasks.base import (
 )
 from creditbench.methods.field_checks import check_fields
 
-from .grammar import ALPHABET, ERROR_KINDS, judge, layout, parse_answer, reachable
+from .grammar import (
+    ALPHABET,
+    ERROR_KINDS,
+    judge,
+    layout,
+    parse_answer,
+    parse_step,
+    reachable,
+)
 from .traces import corrupt_solution, play, reference_solution
 from .values import ValueProbes, solution_count, value_probes
 
@@ -101,7 +110,7 @@ class CountdownTask(TaskBase):
     """The countdown world: problems, grader, step checker, exact values and SFT traces."""
 
     name = "countdown"
-    capabilities = frozenset({STEPS, STEP_CHECK, VALUES, TEACHER})
+    capabilities = frozenset({STEPS, STEP_CHECK, STATES, VALUES, TEACHER})
     alphabet = ALPHABET
     clean_trace_options = CLEAN_TRACE_OPTIONS
     error_kinds = INJECTED_ERRORS
@@ -187,6 +196,28 @@ class CountdownTask(TaskBase):
     def step_spans(self, text: str) -> list[tuple[int, int]]:
         """The step lines, then the answer line; newlines are not part of any span."""
         return layout(text).spans
+
+    def state_keys(self, problem: Problem, text: str) -> list[str | None]:
+        """The state each step of ``text`` (step lines, then the answer line) was taken in:
+        ``"k:n1 n2 ..."``, the step's index and the numbers left the response carried into
+        it, in increasing order (the same numbers in another order are the same situation):
+        the problem's numbers for the first, then each line's written list, slips included.
+        Two responses that combined other pairs into the same numbers left stand in the same
+        state (GiGPO's anchor states). None from the first line that does not parse on."""
+
+        def key(k: int, numbers: tuple[int, ...] | None) -> str | None:
+            return None if numbers is None else f"{k}:{' '.join(map(str, sorted(numbers)))}"
+
+        numbers: tuple[int, ...] | None = self._key(problem)[0]
+        lay = layout(text)
+        keys: list[str | None] = []
+        for k, (start, end) in enumerate(lay.steps):
+            keys.append(key(k, numbers))
+            line = parse_step(text[start:end])
+            numbers = None if line is None or numbers is None else line.left
+        if lay.answer is not None:
+            keys.append(key(len(lay.steps), numbers))
+        return keys
 
     def check_steps(self, problem: Problem, text: str) -> StepCheck:
         """Every wrong step and the step lines of ``text``; the task has no filler words."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from creditbench.harness.tasks.base import (
     CAPABILITIES,
     PROMPT_VARIANTS,
+    STATES,
     Grade,
     Problem,
     StepCheck,
@@ -54,7 +55,7 @@ from creditbench.harness.tasks.chain.traces import corrupt_solution
 from creditbench.harness.tasks.chain.values import ValueProbes
 from creditbench.methods.field_checks import check_fields
 
-from .grammar import filler_spans, read
+from .grammar import filler_spans, read, walk
 from .traces import plan_text, render, repair_solution, sample_solution
 from .values import value_probes
 
@@ -151,7 +152,7 @@ class LedgerTask(TaskBase):
     """The ledger world: problems, grader, step checker, values, variants and SFT examples."""
 
     name = "ledger"
-    capabilities = frozenset(CAPABILITIES)
+    capabilities = frozenset((*CAPABILITIES, STATES))
     alphabet = ALPHABET
     clean_trace_options = CLEAN_TRACE_OPTIONS
     error_kinds = ERROR_KINDS
@@ -243,6 +244,25 @@ class LedgerTask(TaskBase):
     def step_spans(self, text: str) -> list[tuple[int, int]]:
         """The item and fix lines, then the answer line; newlines belong to no span."""
         return layout(text).spans
+
+    def state_keys(self, problem: Problem, text: str) -> list[str | None]:
+        """The state each step of ``text`` (item and fix lines, then the answer line) was taken
+        in: ``"i:v"``, the item the next item line should write and the balance the response
+        carried into the line (the start for the first, then each line's written result,
+        slips and fixes included). A response that fixed a slip and one that made none stand in
+        the same state once their balances agree (GiGPO's anchor states); which lines were
+        wrong before is not part of it, as on the chain. None where the balance carried in
+        cannot be read (after a malformed line, until a line writes one again)."""
+        start, items = self._key(problem)
+        lay = layout(text)
+        keys: list[str | None] = []
+        expected, carried = 0, start
+        for state in walk(start, list(items), [text[s:e] for s, e in lay.steps]):
+            keys.append(None if carried is None else f"{expected}:{carried}")
+            expected, carried = state.expected, state.carried
+        if lay.answer is not None:
+            keys.append(None if carried is None else f"{expected}:{carried}")
+        return keys
 
     def check_steps(self, problem: Problem, text: str) -> StepCheck:
         """The uncorrected wrong steps, the step lines and the connectives of ``text``."""

@@ -256,7 +256,8 @@ class LedgerTask(TaskBase):
         start, items = self._key(problem)
         lay = layout(text)
         keys: list[str | None] = []
-        expected, carried = 0, start
+        expected: int = 0
+        carried: int | None = start
         for state in walk(start, list(items), [text[s:e] for s, e in lay.steps]):
             keys.append(None if carried is None else f"{expected}:{carried}")
             expected, carried = state.expected, state.carried

@@ -186,6 +186,15 @@ def test_the_slices_dry_run_prints_its_runs_and_hours_and_writes_nothing(tmp_pat
     assert "total: 6 runs left; expected: " in out and " core-hours for 6 measured runs" in out
     assert not work.exists() and not (tmp_path / "kept").exists()
 
+    # a rule phase before any run of the campaign waits for the runs it reads (it crashed on
+    # the empty table of a plan that has no records yet, as protocol 2's before its first run)
+    plan.write_text(text + "  - {setting: easy, seeds: 5-9, rule: easy-seeds}\n")
+    assert main(["campaign", str(plan), "--dry-run", "--work", str(work), "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    waiting = "phase 2: easy seeds 5-9, the rows the easy-seeds rule chooses: waits (easy seeds"
+    assert waiting + " 0-4 missing for: grpo, oracle, otb); up to 15 runs" in out
+    assert not work.exists()
+
 
 # --- a tiny campaign, end to end -----------------------------------------------------------
 

@@ -41,7 +41,10 @@ def undecided(frame: pd.DataFrame) -> list[str]:
 
 def first_seeds(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
     """The easy setting's rows of seeds 0-4 (runs and their evaluations) in ``table`` (as
-    ``collect_runs`` gives it), and each method's count of finished runs among them."""
+    ``collect_runs`` gives it), and each method's count of finished runs among them (none in
+    a table of no runs, a campaign's before its first)."""
+    if table.empty:
+        return table, pd.Series(dtype=int)
     easy = setting_rows(table, "easy")
     first = easy[easy["seed"].isin(FIRST_SEEDS)]
     return first, first.loc[first["kind"] == "run", "method"].value_counts()

@@ -97,10 +97,11 @@ def claim_runs(card: Card, seeds: int | None = None, suite: str = SUITE):
         data = load_suite(path)
     except SuiteError as err:
         raise ReproduceError(str(err)) from None
-    own_entries = {  # the suite's entry of each method it runs: a name, or a variant of it
-        (e if isinstance(e, str) else e["name"]): e
-        for e in [*data.get("methods", []), *data.get("references", [])]
-    }
+    listed = [  # "all" (the standard suite's) lists no entry of its own
+        e for key in ("methods", "references") if isinstance(data.get(key), list) for e in data[key]
+    ]
+    # the suite's entry of each method it runs: its name, or a variant under its name
+    own_entries = {(e if isinstance(e, str) else e["name"]): e for e in listed}
     entries: list[str | dict[str, Any]] = []
     for name in claim_rows(card):
         row = card.method_row(name)

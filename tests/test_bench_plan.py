@@ -81,6 +81,7 @@ def test_the_wall_time_is_the_last_run_to_end_on_the_workers():
     nothing_known = describe_plan(suite, {}, workers=2)
     assert "not known; none of the 2 runs is measured" in nothing_known
     assert "core-hours" not in nothing_known
+    assert describe_plan([], {}, workers=2) == "expected: nothing to run"
     assert "about 2.0 hours on 1 workers" in describe_plan(
         suite, {"a-short-s0": 3600.0, "a-long-s0": 3600.0}, workers=1
     )

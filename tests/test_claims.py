@@ -332,6 +332,21 @@ def tuned_gtpo_suite(tmp_path):
     return path
 
 
+def made_as_planned(records, run) -> None:
+    """A finished run in ``records`` whose config holds every value the suite sets for
+    ``run``."""
+    sections: dict = {}
+    for override in run.overrides:
+        key, _, text = override.partition("=")
+        head, _, field = key.partition(".")
+        value = json.loads(text)
+        if field:
+            sections.setdefault(head, {})[field] = value
+        else:
+            sections[head] = value
+    make_run(records, run.name, run.method, run.seed, **sections)
+
+
 def test_on_a_tuned_suite_a_claims_own_row_runs_at_its_methods_choice_in_both_settings(tmp_path):
     """docs/testbed.md, protocol 2's claims' own rows: GRPO-S at GTPO's chosen lr and options
     (then its own), in every setting of the suite, where the frozen suite plans hard only."""
@@ -369,8 +384,7 @@ def test_on_a_tuned_suite_the_claims_run_at_the_seeds_their_method_runs_there(tm
     for run in every:
         if run.entry == "grpo_s" or ("-easy-" in run.label and run.seed >= 5):
             continue
-        steps = 10 if "-hard-" in run.label else 8  # a setting's runs differ from another's
-        make_run(records, run.name, run.method, run.seed, steps=steps)
+        made_as_planned(records, run)
         held.add(run.name)
     planned = planned_runs(card, suite, held)
     own = sorted((r.label.split("-")[1], r.seed) for r in planned if r.entry == "grpo_s")
@@ -385,3 +399,33 @@ def test_on_a_tuned_suite_the_claims_run_at_the_seeds_their_method_runs_there(tm
     listed = [line.split()[-1] for line in out.splitlines() if line.startswith("  [   run]")]
     assert len(listed) == 15 and all("-grpo_s-s" in name for name in listed)
     assert not any("-easy-" in name and name.endswith(("-s5", "-s9")) for name in listed)
+
+
+def test_on_a_tuned_suite_records_of_another_protocols_runs_are_refused(tmp_path, capsys):
+    """The tuned suite names each method's variant as the method, so the frozen board's runs
+    carry the same names: reading them as the tuned suite's would pair two protocols. A run
+    the records hold with other values than the suite sets is refused, naming the field."""
+    from creditbench.reference.cards import load_cards
+    from creditbench.tools.reproduce.claims import planned_runs
+
+    card = load_cards()["gtpo"]
+    suite = str(tuned_gtpo_suite(tmp_path))
+    (board_run,) = [r for r in planned_runs(card, suite, set())
+                    if r.entry == "gtpo" and r.seed == 0 and "-hard-" in r.label]  # fmt: skip
+    records = tmp_path / "records"
+    made_as_planned(records, board_run)
+    argv = ["reproduce", "gtpo", "--scale", "cpu", "--suite", suite, "--dry-run"]
+    argv += ["--results", str(tmp_path / "mine"), "--records", str(records)]
+    assert main(argv) == 0  # made as the suite plans it: read as its run
+    assert "1 in the records" in capsys.readouterr().out
+    other = tmp_path / "other"
+    frozen = [o for o in board_run.overrides if not o.startswith(("train.lr", "budget.eval_r"))]
+    board_run.overrides = [*frozen, "train.lr=5e-05"]  # the frozen protocol's lr, no counts
+    made_as_planned(other, board_run)
+    assert main([*argv[:-1], str(other)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"--records: {board_run.name} was made with other settings than the standard-tuned" in err
+    )
+    assert "differs in train.lr, budget.eval_responses" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "mine").exists()

@@ -201,7 +201,9 @@ def describe_plan(pending: list[Any], estimates: dict[str, float], workers: int)
     workers (:func:`expected_wall`), and how many runs have no measured time."""
     known = [estimates[r.name] for r in pending if r.name in estimates]
     unknown = len(pending) - len(known)
-    if pending and not known:  # a sum of nothing would read as a plan that costs nothing
+    if not pending:
+        return "expected: nothing to run"
+    if not known:  # a sum of nothing would read as a plan that costs nothing
         return (
             f"expected: not known; none of the {unknown} runs is measured (no finished run of "
             "their setting and method in the measured times)"

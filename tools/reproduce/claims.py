@@ -161,20 +161,62 @@ def committed_records() -> list[Path]:
     return [p for p in (COMMITTED_RECORDS, COMMITTED_RECORDS.parent / OWN_ROWS) if p.exists()]
 
 
-def recorded(sources: list[Path]) -> set[str]:
-    """The names of the finished runs the records hold."""
+def recorded(sources: list[Path]) -> dict[str, dict[str, Any]]:
+    """``{name: config}`` of the finished runs the records hold (each config as the run
+    resolved it, without its paths)."""
+    import json
+
     from creditbench.harness.records.files import RunFormatError
     from creditbench.leaderboard.collect import collect_runs
 
     if not sources:
-        return set()
+        return {}
     try:
         table, _ = collect_runs(sources)
     except (FileNotFoundError, RunFormatError) as err:
         raise ReproduceError(f"--records: {err}") from None
     if table.empty:
-        return set()
-    return {Path(str(name)).name for name in table.loc[table["kind"] == "run", "run"]}
+        return {}
+    runs = table.loc[table["kind"] == "run"]
+    configs = runs["config"] if "config" in runs else [None] * len(runs)
+    return {
+        Path(str(name)).name: json.loads(config) if isinstance(config, str) else {}
+        for name, config in zip(runs["run"], configs, strict=True)
+    }
+
+
+_MISSING = object()
+
+
+def set_elsewhere(run, config: dict[str, Any]) -> list[str]:
+    """The fields the suite sets for ``run`` (its overrides, ``key=JSON``) whose value in a
+    recorded run's ``config`` is another or absent: a run of the same name made under another
+    protocol (the tuned suite names each method's variant as the method)."""
+    import json
+
+    differ = []
+    for override in run.overrides:
+        key, _, text = override.partition("=")
+        value: Any = config
+        for part in key.split("."):
+            value = value.get(part, _MISSING) if isinstance(value, dict) else _MISSING
+        if value != json.loads(text):
+            differ.append(key)
+    return differ
+
+
+def check_recorded(runs: list, in_records: dict[str, dict[str, Any]], suite: str) -> None:
+    """ReproduceError naming the first of ``runs`` that the records hold with other values than
+    ``suite`` sets for it (:func:`set_elsewhere`): read as this suite's run, it would pair
+    another protocol's results with this one's."""
+    for run in runs:
+        differ = set_elsewhere(run, in_records[run.name]) if run.name in in_records else []
+        if differ:
+            raise ReproduceError(
+                f"--records: {run.name} was made with other settings than the {Path(suite).stem} "
+                f"suite's (it differs in {', '.join(differ[:3])}): give that suite's own "
+                "records with --records"
+            )
 
 
 def reproduce_claims(
@@ -215,9 +257,11 @@ def reproduce_claims(
             if not source.exists():
                 raise ReproduceError(f"--records: {source} does not exist")
     in_records = recorded(sources)
-    runs = planned_runs(card, suite, in_records, seeds)
+    runs = planned_runs(card, suite, set(in_records), seeds)
+    if suite != SUITE:  # the frozen board's records hold runs of every name the tuned suite has
+        check_recorded(runs, in_records, suite)
     finished = {r.name for r in runs if RunDir(results / r.name).is_finished()}
-    pending = [r for r in runs if r.name not in in_records | finished]
+    pending = [r for r in runs if r.name not in finished and r.name not in in_records]
     estimates = estimate_seconds(runs, measured_seconds([results, *sources]))
     pending = longest_first(pending, estimates)
     workers = workers or default_workers()[0]  # one run a core, as a quick look plans

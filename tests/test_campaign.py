@@ -359,3 +359,62 @@ def test_a_phase_may_run_seeds_the_suite_does_not_list_and_the_plan_counts_them(
     first, confirmatory = loaded.phases
     assert {run.seed for run in loaded.runs_of(confirmatory)} == {10, 11, 12}
     assert len(loaded.runs_of(confirmatory)) == 3 * len(loaded.runs_of(first)) // 2
+
+
+def test_a_plan_of_the_claims_own_rows_alone_leaves_the_boards_records_as_they_are(
+    monkeypatch, tmp_path
+) -> None:
+    """Protocol 2's third plan reads the board's records folder: its --sync packs its rows into
+    the claims' own records and leaves the board's manifest and page to the board's plan (it
+    rewrote the manifest with no runs, since the plan has no bench phase)."""
+    import dataclasses
+
+    import yaml
+
+    from creditbench.tools.campaign import sync
+    from creditbench.tools.campaign.tuning import tuned_suite
+    from creditbench.tools.campaign.tuning_plans import protocol2_plans
+    from creditbench.tools.campaign.tuning_rule import Config
+    from creditbench.tools.campaign.worktrees import resolve_commit
+    from creditbench.tools.suite import load_suite, suite_path
+
+    choices = {m: Config(m, 5e-5) for m in ("grpo", "oracle", "dapo", "forking", "gtpo")}
+    suite = tuned_suite(load_suite(suite_path("standard")), choices, horizon=160)
+    suite_file = tmp_path / "tuned.yaml"
+    suite_file.write_text(yaml.safe_dump(suite, sort_keys=False))
+    texts = protocol2_plans(str(suite_file), suite, "", {"methods": []}, resolve_commit("HEAD"))
+    (tmp_path / "claims.yaml").write_text(texts[2])
+    board = tmp_path / "board"
+    board.mkdir()
+    manifest = board / "suite-tuned.json"
+    manifest.write_text("the board plan's manifest")
+    plan = dataclasses.replace(
+        load_plan(tmp_path / "claims.yaml"), board=board, claims_rows=tmp_path / "claims-rows"
+    )
+    commands = []
+
+    def recorded(command, **kwargs):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(sync.subprocess, "run", recorded)
+    assert sync.sync(plan, tmp_path / "work") == 0
+    assert manifest.read_text() == "the board plan's manifest"
+    assert sorted(p.name for p in board.iterdir()) == ["suite-tuned.json"]
+    assert not any(str(board) in " ".join(map(str, c)) for c in commands)  # nor rendered
+
+
+def test_the_standard_plans_claims_phases_run_the_frozen_suite_as_their_pinned_commits_do(
+    tmp_path,
+) -> None:
+    """A pinned commit older than reproduce --suite runs the standard suite alone: the standard
+    plan's reproduce steps pass no --suite, and plan every own row's ten hard seeds without
+    reading which seeds the board's methods have."""
+    from creditbench.tools.campaign.run import phase_steps, step_argv
+
+    plan = load_plan(plan_path("standard"))
+    phase = next(p for p in plan.phases if p.reproduce == "gtpo")
+    (step,), waits = phase_steps(plan, phase, [tmp_path / "no-records"])
+    assert not waits and len(step.runs) == 10 and {r.entry for r in step.runs} == {"grpo_s"}
+    argv = step_argv(plan, phase, step, tmp_path / "work", workers=2, threads=1)
+    assert argv[:2] == ["reproduce", "gtpo"] and "--suite" not in argv

@@ -7,10 +7,12 @@ from __future__ import annotations
 import copy
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from fake_runs import make_run
 from test_cards import minimal_card, write
 from test_standard_board import CAMPAIGN
@@ -27,6 +29,7 @@ from creditbench.reference.cards import CardError, Claim, Sourced, load_card
 from creditbench.tools.cli.main import main
 
 HARD = "chain-hard-steps=10-slip_rate=0.1"
+ROOT = Path(__file__).resolve().parents[1]
 EASY = "chain-easy-steps=8"
 
 
@@ -206,14 +209,13 @@ STANDARD_HARD = "chain-hard-steps=10-slip_rate=0.1-weak_slip_rate=0.3-direct_sli
 
 
 def test_reproduce_runs_only_the_standard_runs_the_records_lack(tmp_path, capsys):
-    from creditbench.tools.reproduce.claims import reproduce_claims
+    from creditbench.tools.reproduce.claims import claim_runs, reproduce_claims
 
     card = load_card(write(tmp_path, claim_card()))
     records = tmp_path / "standard"
-    for seed in range(10):
-        make_run(records, f"{STANDARD_HARD}-grpo-s{seed}", "grpo", seed)
-    for seed in range(6):
-        make_run(records, f"{STANDARD_HARD}-dapo-s{seed}", "dapo", seed)
+    for run in claim_runs(card):
+        if run.entry == "grpo" or run.seed < 6:
+            made_as_planned(records, run)
     results = tmp_path / "mine"
     code = reproduce_claims(card, results=results, records=[str(records)], dry_run=True, reps=200)
     out = capsys.readouterr().out
@@ -223,8 +225,9 @@ def test_reproduce_runs_only_the_standard_runs_the_records_lack(tmp_path, capsys
     assert listed == [f"{STANDARD_HARD}-dapo-s{seed}" for seed in (6, 7, 8, 9)]
     assert not results.exists()  # a dry run writes nothing
 
-    for seed in range(6, 10):  # the missing runs, as if trained here
-        make_run(results, f"{STANDARD_HARD}-dapo-s{seed}", "dapo", seed)
+    for run in claim_runs(card):  # the missing runs, as if trained here
+        if run.entry == "dapo" and run.seed >= 6:
+            made_as_planned(results, run)
     code = reproduce_claims(card, results=results, records=[str(records)], reps=200)
     report = (results / "claims_bad.md").read_text(encoding="utf-8")
     assert code == 0 and "0 to run" in capsys.readouterr().out
@@ -241,9 +244,8 @@ def test_reproduce_reads_the_committed_claims_rows_beside_the_board_by_default(
 
     card = load_card(write(tmp_path, claim_card()))
     committed = tmp_path / "docs" / "results"
-    for seed in range(10):
-        make_run(committed / "standard", f"{STANDARD_HARD}-grpo-s{seed}", "grpo", seed)
-        make_run(committed / "claims-rows", f"{STANDARD_HARD}-dapo-s{seed}", "dapo", seed)
+    for run in claims.claim_runs(card):
+        made_as_planned(committed / ("standard" if run.entry == "grpo" else "claims-rows"), run)
     monkeypatch.setattr(claims, "COMMITTED_RECORDS", committed / "standard")
     code = claims.reproduce_claims(card, results=tmp_path / "mine", dry_run=True, reps=100)
     out = capsys.readouterr().out
@@ -367,12 +369,22 @@ def test_on_a_tuned_suite_a_claims_own_row_runs_at_its_methods_choice_in_both_se
     frozen = [r for r in claim_runs(card) if r.entry == "grpo_s"]
     assert {r.label.split("-")[1] for r in frozen} == {"hard"}
     assert "train.lr=5e-05" in frozen[0].overrides  # the frozen suite's one lr
+    by_path = claim_runs(card, suite=str(ROOT / "tools" / "suites" / "standard.yaml"))
+    assert [r.name for r in by_path] == [r.name for r in claim_runs(card)]  # the same suite
+
+    from creditbench.tools.reproduce.recipe import ReproduceError
+
+    lacking = tmp_path / "lacking.yaml"
+    data = yaml.safe_load(tuned_gtpo_suite(tmp_path).read_text())
+    data["methods"] = [e for e in data["methods"] if e["name"] != "gtpo"]
+    lacking.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ReproduceError, match="--suite: lacking does not run gtpo, whose"):
+        claim_runs(card, suite=str(lacking))  # not GTPO's defaults in a suite that tunes
 
 
 def test_on_a_tuned_suite_the_claims_run_at_the_seeds_their_method_runs_there(tmp_path, capsys):
     """The easy-seeds rule gave GTPO five easy seeds: GRPO-S runs those five there, and the
-    board's rows missing from the records are not trained by reproduce; the frozen suite
-    still runs every seed the records lack."""
+    board's rows missing from the records are not trained by reproduce."""
     from creditbench.reference.cards import load_cards
     from creditbench.tools.reproduce.claims import planned_runs, reproduce_claims
 
@@ -429,3 +441,9 @@ def test_on_a_tuned_suite_records_of_another_protocols_runs_are_refused(tmp_path
     )
     assert "differs in train.lr, budget.eval_responses" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "mine").exists()
+    # the same run finished in the results folder (a frozen reproduce's) is refused there too
+    made_as_planned(tmp_path / "mine", board_run)
+    assert main([*argv[:-2], "--records", str(records)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"creditbench reproduce: error: --results: {board_run.name}"
+    )

@@ -213,13 +213,11 @@ def describe_plan(pending: list[Any], estimates: dict[str, float], workers: int)
     line = (
         f"expected: {hours:.1f}" if hours >= 1 else f"expected: {hours:.2f}"
     ) + f" core-hours for {len(known)} measured runs"
-    if known:
-        wall = expected_wall(pending, estimates, workers)
-        line += f", about {duration_text(wall)} on {workers} workers"
+    wall = expected_wall(pending, estimates, workers)
+    line += f", about {duration_text(wall)} on {workers} workers"
     if unknown:
         line += f"; {unknown} runs not measured (no finished run of their setting and method)"
-        if known:
-            line += ", counted at the median measured run's time"
+        line += ", counted at the median measured run's time"
     return line
 
 

@@ -59,11 +59,13 @@ class Step:
 
 
 def phase_steps(plan: Plan, phase: Phase, sources: list[Path]) -> tuple[list[Step], str]:
-    """The steps of ``phase`` in the pins' order, and why it waits ("" when it does not):
-    a rule phase waits while the records in ``sources`` cannot tell the rows it chooses."""
+    """The steps of ``phase`` in the pins' order, and why it waits ("" when it does not; a
+    waiting phase runs nothing): a rule phase waits while the records in ``sources`` cannot
+    tell the rows it chooses, a reproduce phase on another suite than the standard one while
+    they hold no run of a row's method in a setting (:func:`own_rows`)."""
     if phase.reproduce:
-        runs = own_rows(plan, phase, sources)
-        return [Step(plan.commit_of(phase.reproduce), (phase.reproduce,), runs)], ""
+        runs, waits = own_rows(plan, phase, sources)
+        return [Step(plan.commit_of(phase.reproduce), (phase.reproduce,), runs)], waits
     methods = phase.methods
     if phase.rule:
         from creditbench.tools.campaign.easy_seeds import chosen
@@ -81,16 +83,27 @@ def phase_steps(plan: Plan, phase: Phase, sources: list[Path]) -> tuple[list[Ste
     return steps, ""
 
 
-def own_rows(plan: Plan, phase: Phase, sources: list[Path]) -> list:
-    """The runs a ``reproduce`` phase trains: its card's rows the board does not run, on the
-    plan's suite (at their method's seeds in ``sources`` where it is not the standard one)."""
+def own_rows(plan: Plan, phase: Phase, sources: list[Path]) -> tuple[list, str]:
+    """The runs a ``reproduce`` phase trains (its card's rows the board does not run, on the
+    plan's suite), and why it waits ("" when it does not): on a suite other than the standard
+    one a row runs at its method's seeds in ``sources``, so the phase waits while they hold no
+    run of a row's method in one of the suite's settings (reproduce would train the board's
+    runs itself, at every seed)."""
     from creditbench.reference.cards import load_cards
-    from creditbench.tools.reproduce.claims import on_the_board, planned_runs
+    from creditbench.tools.reproduce.claims import is_standard, on_the_board, planned_runs
 
     card = load_cards()[phase.reproduce]
     names = {n for src in sources for n in (*finished_runs(src), *committed_runs(src))}
     runs = planned_runs(card, plan.suite, names)
-    return [run for run in runs if not on_the_board(card, run.entry)]
+    own = [run for run in runs if not on_the_board(card, run.entry)]
+    if is_standard(plan.suite):
+        return own, ""
+    held = {(r.label, r.method) for r in runs if f"{r.label}-{r.method}-s{r.seed}" in names}
+    missing = sorted({(r.label, r.method) for r in runs} - held)
+    if missing:
+        label, method = missing[0]
+        return own, f"the board's runs of {method} in {label} are not in its records yet"
+    return own, ""
 
 
 def step_argv(plan: Plan, phase: Phase, step: Step, work: Path, workers: int, threads: int):
@@ -101,9 +114,9 @@ def step_argv(plan: Plan, phase: Phase, step: Step, work: Path, workers: int, th
         argv += ["--records", str(work / "results")]  # a wiped machine skips the records' runs
         if (work / "claims-rows").is_dir():
             argv += ["--records", str(work / "claims-rows")]
-        from creditbench.tools.reproduce.claims import SUITE
+        from creditbench.tools.reproduce.claims import is_standard
 
-        if plan.suite != SUITE:  # a pinned commit before --suite runs the standard one alone
+        if not is_standard(plan.suite):  # a pinned commit before --suite runs the standard alone
             argv += ["--suite", plan.suite]
         return [*argv, "--workers", str(workers)]
     argv = ["bench", "--suite", plan.suite, "--results", str(work / "results")]
@@ -134,6 +147,7 @@ def run_plan(plan: Plan, work: Path, workers: int, threads: int) -> int:
             steps, waits = phase_steps(plan, phase, [work / "results"])
             if waits:
                 print(f"=== {_now()} {phase.describe()} waits: {waits}", flush=True)
+                continue
             for step in steps:
                 print(
                     f"=== {_now()} {phase.describe()}: {step.commit[:7]} {', '.join(step.methods)}"
@@ -202,8 +216,9 @@ def dry_run(plan: Plan, work: Path, workers: int) -> int:
     maybe = resumed = 0
     for phase in plan.phases:
         steps, waits = phase_steps(plan, phase, [results, plan.board])
-        if waits:
-            runs = [r for r in plan.runs_of(phase) if r.name not in done | counted]
+        if waits:  # a reproduce phase knows its runs; a rule phase, those it chooses among
+            planned = [r for step in steps for r in step.runs] or plan.runs_of(phase)
+            runs = [r for r in planned if r.name not in done | counted]
             maybe += len(runs)
             print(f"{phase.describe()}: waits ({waits}); up to {len(runs)} runs")
             continue

@@ -8,7 +8,8 @@ pages that read them rendered again.
    was published.
 2. The board's suite manifest (``suite-<suite>.json``): the runs the plan covers, less the easy
    seeds 5-9 the easy-seeds rule has not chosen where the plan has that rule, so the board
-   says how much of the campaign it holds.
+   says how much of the campaign it holds. A plan with no bench phase (the claims' own rows
+   alone) packs, writes and renders nothing of the board, whose own plan does.
 3. The board (``creditbench leaderboard``), the claims' own rows' manifest and ``runs.csv``,
    the claims page (``creditbench claims``) and the home page's headline
    (``scripts/home_headline.py --explain``), the method pages' "Where the mechanism acts"
@@ -47,11 +48,15 @@ def plan_runs(plan: Plan) -> list:
 def sync(plan: Plan, work: Path) -> int:
     """Bring the finished runs of ``work`` into the plan's records and render (module doc);
     how many runs were added."""
+    # a plan of the claims' own rows alone (protocol 2's third) reads the board's records and
+    # leaves them, their manifest and their page as the board's own plan wrote them
+    board = any(phase.setting for phase in plan.phases)
     with exclusive_lock(work / ".sync.lock"):  # two syncs of one work folder take turns
-        added = _pack_board(plan, work) + _pack_claims_rows(plan, work)
+        added = (_pack_board(plan, work) if board else 0) + _pack_claims_rows(plan, work)
         print(f"synced {added} new runs into the records")
-        _write_board_manifest(plan)
-        _render(plan)
+        if board:
+            _write_board_manifest(plan)
+        _render(plan, board)
     return added
 
 
@@ -106,7 +111,7 @@ def _write_board_manifest(plan: Plan) -> None:
     atomic_write_text(plan.board / f"suite-{suite}.json", json.dumps(manifest, indent=1) + "\n")
 
 
-def _render(plan: Plan) -> None:
+def _render(plan: Plan, board: bool = True) -> None:
     """The renders, each a command run from the plan's repository's root with paths relative to
     it, as a person would type them (the pages name their sources)."""
 
@@ -120,7 +125,8 @@ def _render(plan: Plan) -> None:
         print(f"rendered: {shown}")
 
     cli = ("-m", "creditbench.tools.cli.main")
-    run(*cli, "leaderboard", plan.board)
+    if board:
+        run(*cli, "leaderboard", plan.board)
     tables = [plan.board / "runs.csv"]
     if plan.claims_rows is not None and plan.claims_rows.is_dir():
         from creditbench.reference.cards import load_cards

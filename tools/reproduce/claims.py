@@ -41,6 +41,17 @@ OWN_ROWS = "claims-rows"  # the suite name of the claims' own rows (own_rows_man
 RUN_SETTINGS = ("hard",)
 
 
+def is_standard(suite: str) -> bool:
+    """Whether ``suite`` (a shipped name or a YAML path) is the frozen protocol's suite, under
+    whatever name it is given."""
+    from creditbench.tools.suite import SuiteError, suite_path
+
+    try:
+        return suite_path(suite).resolve() == suite_path(SUITE).resolve()
+    except SuiteError:
+        return False
+
+
 def claim_rows(card: Card) -> list[str]:
     """The card rows the claims compare, in claim order, each once."""
     rows: list[str] = []
@@ -102,12 +113,18 @@ def claim_runs(card: Card, seeds: int | None = None, suite: str = SUITE):
     ]
     # the suite's entry of each method it runs: its name, or a variant under its name
     own_entries = {(e if isinstance(e, str) else e["name"]): e for e in listed}
+    standard = is_standard(suite)
     entries: list[str | dict[str, Any]] = []
     for name in claim_rows(card):
         row = card.method_row(name)
         if on_the_board(card, name):
             entries.append(own_entries.get(name, name))
             continue
+        if not standard and row.registry_name not in own_entries:
+            raise ReproduceError(
+                f"--suite: {Path(suite).stem} does not run {row.registry_name}, whose "
+                f"configuration the row {name} takes"
+            )
         host = own_entries.get(row.registry_name, row.registry_name)
         host = {} if isinstance(host, str) else host
         entry = {"name": name, "method": row.registry_name}
@@ -116,13 +133,14 @@ def claim_runs(card: Card, seeds: int | None = None, suite: str = SUITE):
             entry["settings"] = dict(host["settings"])
         entries.append(entry)
     data["methods"], data["references"] = entries, []
-    if suite == SUITE:
+    if standard:
         data["tasks"] = [entry for entry in data["tasks"] if entry.get("label") in RUN_SETTINGS]
     if seeds is not None:
         if seeds > len(data["seeds"]):  # more would take confirmatory seeds into exploration
             first, last = data["seeds"][0], data["seeds"][-1]
             raise ReproduceError(
-                f"--seeds: the claims run on the {suite} suite's {len(data['seeds'])} seeds "
+                f"--seeds: the claims run on the {Path(suite).stem} suite's {len(data['seeds'])} "
+                "seeds "
                 f"({first}-{last}); give at most {len(data['seeds'])} (got {seeds}). More seeds "
                 f"are a confirmatory set: creditbench bench --suite {suite} --seeds 10-19"
             )
@@ -140,7 +158,7 @@ def planned_runs(
     :func:`claim_runs` (the frozen protocol's rows all run its ten seeds); on another, each at
     its method's seeds in the records (:func:`at_methods_seeds`, protocol 2's rule)."""
     runs = claim_runs(card, seeds, suite)
-    return runs if suite == SUITE else at_methods_seeds(runs, recorded_names)
+    return runs if is_standard(suite) else at_methods_seeds(runs, recorded_names)
 
 
 def at_methods_seeds(runs: list, recorded_names: set[str]) -> list:
@@ -161,9 +179,9 @@ def committed_records() -> list[Path]:
     return [p for p in (COMMITTED_RECORDS, COMMITTED_RECORDS.parent / OWN_ROWS) if p.exists()]
 
 
-def recorded(sources: list[Path]) -> dict[str, dict[str, Any]]:
-    """``{name: config}`` of the finished runs the records hold (each config as the run
-    resolved it, without its paths)."""
+def recorded(sources: list[Path]) -> dict[str, list[dict[str, Any]]]:
+    """``{name: configs}`` of the finished runs the records hold: each config as the run
+    resolved it, without its paths; two sources may hold a run of one name each."""
     import json
 
     from creditbench.harness.records.files import RunFormatError
@@ -179,10 +197,11 @@ def recorded(sources: list[Path]) -> dict[str, dict[str, Any]]:
         return {}
     runs = table.loc[table["kind"] == "run"]
     configs = runs["config"] if "config" in runs else [None] * len(runs)
-    return {
-        Path(str(name)).name: json.loads(config) if isinstance(config, str) else {}
-        for name, config in zip(runs["run"], configs, strict=True)
-    }
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, config in zip(runs["run"], configs, strict=True):
+        parsed = json.loads(config) if isinstance(config, str) else {}
+        out.setdefault(Path(str(name)).name, []).append(parsed)
+    return out
 
 
 _MISSING = object()
@@ -205,18 +224,22 @@ def set_elsewhere(run, config: dict[str, Any]) -> list[str]:
     return differ
 
 
-def check_recorded(runs: list, in_records: dict[str, dict[str, Any]], suite: str) -> None:
-    """ReproduceError naming the first of ``runs`` that the records hold with other values than
-    ``suite`` sets for it (:func:`set_elsewhere`): read as this suite's run, it would pair
-    another protocol's results with this one's."""
+def check_recorded(
+    runs: list, held: dict[str, list[dict[str, Any]]], suite: str, where: str = "--records"
+) -> None:
+    """ReproduceError naming the first of ``runs`` that ``held`` (the records', or the results
+    folder's, configs by run name) holds with other values than ``suite`` sets for it
+    (:func:`set_elsewhere`): read as this suite's run, it would pair another protocol's
+    results with this one's (the tuned suite names each variant as its method)."""
     for run in runs:
-        differ = set_elsewhere(run, in_records[run.name]) if run.name in in_records else []
-        if differ:
-            raise ReproduceError(
-                f"--records: {run.name} was made with other settings than the {Path(suite).stem} "
-                f"suite's (it differs in {', '.join(differ[:3])}): give that suite's own "
-                "records with --records"
-            )
+        for config in held.get(run.name, []):
+            differ = set_elsewhere(run, config)
+            if differ:
+                raise ReproduceError(
+                    f"{where}: {run.name} was made with other settings than the "
+                    f"{Path(suite).stem} suite's (it differs in {', '.join(differ[:3])}): "
+                    "give that suite's own records with --records, and another --results"
+                )
 
 
 def reproduce_claims(
@@ -249,8 +272,10 @@ def reproduce_claims(
             f"{card.id}: the card lists no claims the testbed can test; "
             "--minutes N runs its cpu_scale recipe for a look at the ordering"
         )
-    if records is None:
-        sources = committed_records()
+    standard = is_standard(suite)
+    claim_runs(card, seeds, suite)  # the suite and --seeds checked before the records are read
+    if records is None:  # the committed records are the frozen protocol's
+        sources = committed_records() if standard else []
     else:
         sources = [Path(s) for s in records]
         for source in sources:
@@ -258,14 +283,19 @@ def reproduce_claims(
                 raise ReproduceError(f"--records: {source} does not exist")
     in_records = recorded(sources)
     runs = planned_runs(card, suite, set(in_records), seeds)
-    if suite != SUITE:  # the frozen board's records hold runs of every name the tuned suite has
-        check_recorded(runs, in_records, suite)
-    finished = {r.name for r in runs if RunDir(results / r.name).is_finished()}
+    check_recorded(runs, in_records, suite)
+    finished = {r.name: RunDir(results / r.name) for r in runs}
+    finished = {name: run for name, run in finished.items() if run.is_finished()}
+    check_recorded(runs, {n: [r.config()] for n, r in finished.items()}, suite, "--results")
     pending = [r for r in runs if r.name not in finished and r.name not in in_records]
     estimates = estimate_seconds(runs, measured_seconds([results, *sources]))
     pending = longest_first(pending, estimates)
     workers = workers or default_workers()[0]  # one run a core, as a quick look plans
-    where = ", ".join(str(s) for s in sources) or f"none (none given, none at {COMMITTED_RECORDS})"
+    where = ", ".join(str(s) for s in sources) or (
+        f"none (none given, none at {COMMITTED_RECORDS})"
+        if standard
+        else "none given (the committed ones are the standard suite's)"
+    )
     found = sum(r.name in in_records for r in runs)
     print(
         f"{card.id}: {len(card.claims)} claims on the {Path(suite).stem} suite: {len(runs)} runs, "

@@ -4,13 +4,15 @@ Two scales (the tutorial is ``docs/reproducing.md``):
 
 - ``cpu`` (the default without a CUDA GPU): the card's claims on the frozen protocol, the
   standard suite, reading the leaderboard's committed records and running only the runs they
-  lack (:mod:`creditbench.tools.reproduce.claims`). With ``--minutes``, ``--budget``,
-  ``--n-eval`` or ``--set`` (or a card without claims) it is a quick look instead: the card's
-  ``cpu_scale`` methods that ``methods/`` implements, with the card's relative settings and
-  per-method options, on the embedded chain testbed. The base settings (model preset, lengths,
-  evaluation) are those of the shipped suite the card's ``cpu_scale.budget`` names; every run
-  gets the same FLOP budget, sized so that the whole reproduction takes about ``--minutes`` (30)
-  on this machine (:mod:`creditbench.tools.reproduce.budget`).
+  lack (:mod:`creditbench.tools.reproduce.claims`), or with ``--suite`` on another suite
+  (protocol 2's tuned one) and the records given with ``--records``. With ``--minutes``,
+  ``--budget``, ``--n-eval`` or ``--set`` (or a card without claims) it is a quick look
+  instead: the card's ``cpu_scale`` methods that ``methods/`` implements, with the card's
+  relative settings and per-method options, on the embedded chain testbed. The base settings
+  (model preset, lengths, evaluation) are those of the shipped suite the card's
+  ``cpu_scale.budget`` names; every run gets the same FLOP budget, sized so that the whole
+  reproduction takes about ``--minutes`` (30) on this machine
+  (:mod:`creditbench.tools.reproduce.budget`).
 - ``paper``: the card's recipe mapped onto run-config fields
   (:func:`creditbench.tools.reproduce.recipe.paper_recipe`), on the paper's model from a local
   directory, with the vLLM rollout backend on a GPU. Without them it refuses, in one message
@@ -206,6 +208,8 @@ def reproduce(
                 suite=suite or SUITE,
             )
         for flag, asked in (("--records", records), ("--suite", suite)):
+            if asked is not None and not card.claims:
+                raise ReproduceError(f"{flag}: the card {card.id} lists no claims to check")
             if asked is not None:
                 raise ReproduceError(
                     f"{flag}: only for the claims on a suite (without --minutes, --budget, "

@@ -386,11 +386,11 @@ def test_on_a_tuned_suite_the_claims_run_at_the_seeds_their_method_runs_there(tm
     """The easy-seeds rule gave GTPO five easy seeds: GRPO-S runs those five there, and the
     board's rows missing from the records are not trained by reproduce."""
     from creditbench.reference.cards import load_cards
-    from creditbench.tools.reproduce.claims import planned_runs, reproduce_claims
+    from creditbench.tools.reproduce.claims import claim_runs, planned_runs, reproduce_claims
 
     card = load_cards()["gtpo"]
     suite = str(tuned_gtpo_suite(tmp_path))
-    every = planned_runs(card, suite, set())
+    every = planned_runs(claim_runs(card, suite=suite), suite, set())
     records = tmp_path / "protocol-2"
     held = set()
     for run in every:
@@ -398,7 +398,7 @@ def test_on_a_tuned_suite_the_claims_run_at_the_seeds_their_method_runs_there(tm
             continue
         made_as_planned(records, run)
         held.add(run.name)
-    planned = planned_runs(card, suite, held)
+    planned = planned_runs(claim_runs(card, suite=suite), suite, held)
     own = sorted((r.label.split("-")[1], r.seed) for r in planned if r.entry == "grpo_s")
     assert own == sorted([("easy", s) for s in range(5)] + [("hard", s) for s in range(10)])
     assert {r.name for r in planned if r.entry != "grpo_s"} == held
@@ -418,11 +418,11 @@ def test_on_a_tuned_suite_records_of_another_protocols_runs_are_refused(tmp_path
     carry the same names: reading them as the tuned suite's would pair two protocols. A run
     the records hold with other values than the suite sets is refused, naming the field."""
     from creditbench.reference.cards import load_cards
-    from creditbench.tools.reproduce.claims import planned_runs
+    from creditbench.tools.reproduce.claims import claim_runs, planned_runs
 
     card = load_cards()["gtpo"]
     suite = str(tuned_gtpo_suite(tmp_path))
-    (board_run,) = [r for r in planned_runs(card, suite, set())
+    (board_run,) = [r for r in planned_runs(claim_runs(card, suite=suite), suite, set())
                     if r.entry == "gtpo" and r.seed == 0 and "-hard-" in r.label]  # fmt: skip
     records = tmp_path / "records"
     made_as_planned(records, board_run)

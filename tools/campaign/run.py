@@ -90,15 +90,21 @@ def own_rows(plan: Plan, phase: Phase, sources: list[Path]) -> tuple[list, str]:
     run of a row's method in one of the suite's settings (reproduce would train the board's
     runs itself, at every seed)."""
     from creditbench.reference.cards import load_cards
-    from creditbench.tools.reproduce.claims import is_standard, on_the_board, planned_runs
+    from creditbench.tools.reproduce.claims import (
+        claim_runs,
+        is_standard,
+        methods_run_name,
+        on_the_board,
+        planned_runs,
+    )
 
     card = load_cards()[phase.reproduce]
     names = {n for src in sources for n in (*finished_runs(src), *committed_runs(src))}
-    runs = planned_runs(card, plan.suite, names)
+    runs = planned_runs(claim_runs(card, suite=plan.suite), plan.suite, names)
     own = [run for run in runs if not on_the_board(card, run.entry)]
     if is_standard(plan.suite):
         return own, ""
-    held = {(r.label, r.method) for r in runs if f"{r.label}-{r.method}-s{r.seed}" in names}
+    held = {(r.label, r.method) for r in runs if methods_run_name(r) in names}
     missing = sorted({(r.label, r.method) for r in runs} - held)
     if missing:
         label, method = missing[0]

@@ -86,7 +86,7 @@ def own_rows_manifest(
     by_name = {  # a variant two cards compare is run once
         run.name: run
         for card in cards_with_own_rows(cards)
-        for run in planned_runs(card, suite, recorded_names)
+        for run in planned_runs(claim_runs(card, suite=suite), suite, recorded_names)
         if not on_the_board(card, run.entry)
     }
     runs = list(by_name.values())
@@ -139,9 +139,9 @@ def claim_runs(card: Card, seeds: int | None = None, suite: str = SUITE):
         if seeds > len(data["seeds"]):  # more would take confirmatory seeds into exploration
             first, last = data["seeds"][0], data["seeds"][-1]
             raise ReproduceError(
-                f"--seeds: the claims run on the {Path(suite).stem} suite's {len(data['seeds'])} "
-                "seeds "
-                f"({first}-{last}); give at most {len(data['seeds'])} (got {seeds}). More seeds "
+                f"--seeds: the claims run on the {Path(suite).stem} suite's "
+                f"{len(data['seeds'])} seeds ({first}-{last}); give at most "
+                f"{len(data['seeds'])} (got {seeds}). More seeds "
                 f"are a confirmatory set: creditbench bench --suite {suite} --seeds 10-19"
             )
         data["seeds"] = data["seeds"][:seeds]
@@ -151,24 +151,27 @@ def claim_runs(card: Card, seeds: int | None = None, suite: str = SUITE):
         raise ReproduceError(str(err)) from None
 
 
-def planned_runs(
-    card: Card, suite: str, recorded_names: set[str], seeds: int | None = None
-) -> list:
-    """The runs the claims stand on (module doc): on the standard suite every run of
-    :func:`claim_runs` (the frozen protocol's rows all run its ten seeds); on another, each at
-    its method's seeds in the records (:func:`at_methods_seeds`, protocol 2's rule)."""
-    runs = claim_runs(card, seeds, suite)
+def planned_runs(runs: list, suite: str, recorded_names: set[str]) -> list:
+    """The runs the claims stand on, of ``suite``'s :func:`claim_runs` (module doc): on the
+    standard suite all of them (the frozen protocol's rows all run its ten seeds); on another,
+    each at its method's seeds in the records (:func:`at_methods_seeds`, protocol 2's rule)."""
     return runs if is_standard(suite) else at_methods_seeds(runs, recorded_names)
+
+
+def methods_run_name(run) -> str:
+    """The name the board gives the run of ``run``'s method (its registry name) at the same
+    setting and seed: ``LABEL-METHOD-sSEED``."""
+    return f"{run.label}-{run.method}-s{run.seed}"
 
 
 def at_methods_seeds(runs: list, recorded_names: set[str]) -> list:
     """``runs`` (of :func:`claim_runs`) at the seeds their method runs in each setting
     (docs/testbed.md, protocol 2's claims' own rows): where ``recorded_names`` hold runs of a
-    run's method (its registry name, as the board names its runs: ``LABEL-METHOD-sSEED``) in
-    its setting, only those seeds; where they hold none, every seed of the suite."""
+    run's method (:func:`methods_run_name`) in its setting, only those seeds; where they hold
+    none, every seed of the suite."""
     held: dict[tuple[str, str], set[int]] = {}
     for run in runs:
-        if f"{run.label}-{run.method}-s{run.seed}" in recorded_names:
+        if methods_run_name(run) in recorded_names:
             held.setdefault((run.label, run.method), set()).add(run.seed)
     return [r for r in runs if r.seed in held.get((r.label, r.method), {r.seed})]
 
@@ -273,7 +276,7 @@ def reproduce_claims(
             "--minutes N runs its cpu_scale recipe for a look at the ordering"
         )
     standard = is_standard(suite)
-    claim_runs(card, seeds, suite)  # the suite and --seeds checked before the records are read
+    runs = claim_runs(card, seeds, suite)  # the suite and --seeds checked before the records
     if records is None:  # the committed records are the frozen protocol's
         sources = committed_records() if standard else []
     else:
@@ -282,10 +285,10 @@ def reproduce_claims(
             if not source.exists():
                 raise ReproduceError(f"--records: {source} does not exist")
     in_records = recorded(sources)
-    runs = planned_runs(card, suite, set(in_records), seeds)
+    runs = planned_runs(runs, suite, set(in_records))
     check_recorded(runs, in_records, suite)
-    finished = {r.name: RunDir(results / r.name) for r in runs}
-    finished = {name: run for name, run in finished.items() if run.is_finished()}
+    folders = {r.name: RunDir(results / r.name) for r in runs}
+    finished = {name: folder for name, folder in folders.items() if folder.is_finished()}
     check_recorded(runs, {n: [r.config()] for n, r in finished.items()}, suite, "--results")
     pending = [r for r in runs if r.name not in finished and r.name not in in_records]
     estimates = estimate_seconds(runs, measured_seconds([results, *sources]))
